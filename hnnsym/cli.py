@@ -1,0 +1,52 @@
+"""What every stage entry point shares: one-line errors, device and dtype selection."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Callable
+
+import torch
+
+
+class UserError(Exception):
+    """A problem the user can fix (bad input, missing artifact): printed as one line, exit 2."""
+
+
+def exits_cleanly(main: Callable) -> Callable:
+    """Wrap a stage's main: UserError (and ConvergenceError) become one line on stderr and exit 2.
+
+    Set HYDRA_FULL_ERROR=1 or HNNSYM_DEBUG=1 to get the traceback instead.
+    """
+    from hnnsym.integrators import ConvergenceError
+
+    @functools.wraps(main)
+    def wrapped(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except (UserError, ConvergenceError) as err:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("HNNSYM_DEBUG") == "1":
+                raise
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapped
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda when available, else cpu."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
+        raise UserError(f"device must be auto, cpu or cuda, got {name!r}")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device={name} but CUDA is not available here; use device=cpu or auto")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    dtypes = {"float32": torch.float32, "float64": torch.float64}
+    if name not in dtypes:
+        raise UserError(f"dtype must be float32 or float64, got {name!r}")
+    return dtypes[name]

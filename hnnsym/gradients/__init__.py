@@ -1,0 +1,22 @@
+"""Gradient methods: interchangeable ways to differentiate one rollout of ``integrate``."""
+
+from hnnsym.gradients.adjoint import Adjoint
+from hnnsym.gradients.backprop import Backprop
+from hnnsym.gradients.base import GradientMethod, Rollout
+from hnnsym.gradients.checkpoint import Checkpoint
+from hnnsym.gradients.symplectic_adjoint import SymplecticAdjoint
+
+GRADIENTS: dict[str, type[GradientMethod]] = {
+    m.name: m for m in (Backprop, Checkpoint, Adjoint, SymplecticAdjoint)
+}
+
+
+def get_gradient(gradient: "str | GradientMethod") -> GradientMethod:
+    if isinstance(gradient, GradientMethod):
+        return gradient
+    if gradient not in GRADIENTS:
+        raise ValueError(f"unknown gradient method {gradient!r}; choose one of {sorted(GRADIENTS)}")
+    return GRADIENTS[gradient]()
+
+
+__all__ = ["GRADIENTS", "GradientMethod", "Rollout", "get_gradient"]
