@@ -88,3 +88,18 @@ def build_model(name: str, dim: int, **kwargs) -> nn.Module:
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {sorted(MODELS)}")
     return MODELS[name](dim, **kwargs)
+
+
+def model_from_config(model_cfg: dict, dim: int) -> nn.Module:
+    """Build from a config group dict such as {"name": "hnn", "hidden": [16, 32, 16], ...}."""
+    kwargs = {k: v for k, v in dict(model_cfg).items() if k != "name"}
+    if "hidden" in kwargs:
+        kwargs["hidden"] = tuple(kwargs["hidden"])
+    return build_model(model_cfg["name"], dim, **kwargs)
+
+
+def model_from_checkpoint(payload: dict) -> nn.Module:
+    """The trained model of a checkpoint written by ``hnnsym.train`` (keys model_config, dim, model)."""
+    model = model_from_config(payload["model_config"], payload["dim"])
+    model.load_state_dict(payload["model"])
+    return model
