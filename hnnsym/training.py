@@ -1,0 +1,231 @@
+"""Training H_θ through the integrator on windows of observations (seed 000), with resume.
+
+Loss of one window of τ+1 observations y_0..y_τ (seed 000, eq. 16), averaged over the batch:
+    L = Σ_{t=1..τ} ||ŷ_t − y_t||²,   ŷ = integrate(H_θ, y_0, h, τ·substeps)[::substeps].
+With ``segments`` = S > 1 the window is cut into S pieces of τ/S steps, each started from its own
+observed state (multiple shooting without free initial states).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from hnnsym.artifacts import atomic_path, now_utc, save_checkpoint, sha256, versions
+from hnnsym.cli import UserError
+from hnnsym.data import random_windows
+from hnnsym.gradients import GradientMethod
+from hnnsym.integrators import ConvergenceError, Integrator, SolverStats
+from hnnsym.solve import integrate
+
+
+@dataclass
+class WindowLoss:
+    """The training loss of seed 000 over windows (τ+1, B, 2d) of observations."""
+
+    integrator: Integrator
+    gradient: GradientMethod | str
+    h: float
+    substeps: int = 1
+    segments: int = 1
+
+    def __call__(self, model: nn.Module, windows: Tensor, stats: SolverStats | None = None) -> Tensor:
+        tau = windows.shape[0] - 1
+        if self.segments > 1:
+            length = tau // self.segments
+            windows = torch.cat(
+                [windows[k * length : (k + 1) * length + 1] for k in range(self.segments)], dim=1
+            )
+            tau = length
+        guess = None
+        if self.integrator.predictor == "observed" and self.substeps == 1:
+            guess = windows
+        traj = integrate(
+            model, windows[0], self.h, tau * self.substeps, self.integrator, self.gradient,
+            guess=guess, stats=stats,
+        )  # fmt: skip
+        pred = traj[:: self.substeps]
+        return ((pred[1:] - windows[1:]) ** 2).sum(dim=(0, 2)).mean()
+
+
+@dataclass
+class TrainState:
+    """Everything that changes during training and must survive a resume."""
+
+    epoch: int = 0
+    history: list[dict] = field(default_factory=list)
+    best_val: float = math.inf
+    best_epoch: int = -1
+    bad_epochs: int = 0
+    elapsed: float = 0.0  # wall seconds spent training, summed over resumes
+    time_to_best: float = math.nan
+    finished: bool = False
+    stop_reason: str = ""
+
+
+class Trainer:
+    """Epoch loop, validation, checkpoints (last.pt every epoch, best.pt on improvement)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss: WindowLoss,
+        train: Tensor,
+        val_windows: Tensor,
+        cfg: Any,
+        run_dir: Path,
+        generator: torch.Generator,
+        provenance: dict,
+    ):
+        self.model, self.loss, self.train, self.val_windows = model, loss, train, val_windows
+        self.cfg, self.run_dir, self.generator = cfg, Path(run_dir), generator
+        self.provenance = provenance
+        t = cfg.train
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            self.optimizer, factor=t.plateau.factor, patience=t.plateau.patience
+        )
+        self.state = TrainState()
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    @property
+    def last_path(self) -> Path:
+        return self.run_dir / "checkpoints" / "last.pt"
+
+    @property
+    def best_path(self) -> Path:
+        return self.run_dir / "checkpoints" / "best.pt"
+
+    def payload(self) -> dict:
+        return {
+            **self.provenance,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "generator": self.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "state": self.state.__dict__.copy(),
+            "epoch": self.state.epoch,
+            "saved": now_utc(),
+        }
+
+    def restore(self, payload: dict) -> None:
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.scheduler.load_state_dict(payload["scheduler"])
+        self.generator.set_state(payload["generator"])
+        torch.set_rng_state(payload["torch_rng"])
+        self.state = TrainState(**payload["state"])
+
+    def write_metrics(self) -> None:
+        with atomic_path(self.run_dir / "metrics.csv") as tmp:
+            pd.DataFrame(self.state.history).to_csv(tmp, index=False)
+
+    # ---- one epoch ---------------------------------------------------------------------------
+    def validate(self) -> float:
+        total, n = 0.0, self.val_windows.shape[1]
+        with torch.no_grad():
+            for start in range(0, n, self.cfg.train.val_batch_size):
+                w = self.val_windows[:, start : start + self.cfg.train.val_batch_size]
+                total += float(self.loss(self.model, w)) * w.shape[1]
+        return total / n
+
+    def run_epoch(self) -> dict:
+        t = self.cfg.train
+        stats = SolverStats()
+        n = self.train.shape[0]
+        order = torch.randperm(n, generator=self.generator)
+        batches = [order[i : i + t.batch_size] for i in range(0, n, t.batch_size)]
+        start = time.perf_counter()
+        running = 0.0
+        bar = tqdm(
+            batches, desc=f"epoch {self.state.epoch + 1}/{t.epochs}", leave=False,
+            disable=not t.progress, dynamic_ncols=True,
+        )  # fmt: skip
+        for k, idx in enumerate(bar):
+            windows = random_windows(self.train, t.window, idx, self.generator)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = self.loss(self.model, windows, stats)
+            if not torch.isfinite(loss):
+                raise _Diverged(f"loss {loss.item()} at epoch {self.state.epoch + 1}, batch {k}")
+            loss.backward()
+            self.optimizer.step()
+            running += (loss.item() - running) / (k + 1)
+            bar.set_postfix(loss=f"{running:.3e}")
+        val = self.validate()
+        if not math.isfinite(val):
+            raise _Diverged(f"validation loss {val} at epoch {self.state.epoch + 1}")
+        seconds = time.perf_counter() - start
+        return {
+            "epoch": self.state.epoch + 1,
+            "train_loss": running,
+            "val_loss": val,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "epoch_time": seconds,
+            "wall_time": self.state.elapsed + seconds,
+            "solver_mean_iterations": stats.mean_iterations,
+            "solver_max_iterations": stats.max_iterations,
+            "solver_unconverged": stats.unconverged,
+        }
+
+    def fit(self) -> TrainState:
+        t, s = self.cfg.train, self.state
+        while s.epoch < t.epochs and not s.finished:
+            try:
+                row = self.run_epoch()
+            except (_Diverged, ConvergenceError) as err:
+                where = f"the last good checkpoint is kept at {self.last_path} (epoch {s.epoch})"
+                if s.epoch == 0:
+                    where = "no epoch completed, so no checkpoint was written"
+                raise UserError(
+                    f"training diverged: {err}; {where}; try a smaller train.lr or integration step"
+                ) from err
+            s.epoch += 1
+            s.elapsed = row["wall_time"]
+            s.history.append(row)
+            self.scheduler.step(row["val_loss"])
+            improved = row["val_loss"] < s.best_val * (1 - t.early_stop.min_delta)
+            if row["val_loss"] < s.best_val:
+                s.best_val, s.best_epoch, s.time_to_best = row["val_loss"], s.epoch, s.elapsed
+            s.bad_epochs = 0 if improved else s.bad_epochs + 1
+            if s.bad_epochs >= t.early_stop.patience:
+                s.finished, s.stop_reason = True, f"validation plateau ({s.bad_epochs} epochs)"
+            elif s.epoch >= t.epochs:
+                s.finished, s.stop_reason = True, "epoch budget"
+            row["best_val_loss"] = s.best_val
+            self.write_metrics()
+            payload = self.payload()
+            if s.best_epoch == s.epoch:
+                save_checkpoint(self.best_path, payload)
+            save_checkpoint(self.last_path, payload)
+            tqdm.write(
+                f"epoch {s.epoch:3d}  train {row['train_loss']:.4e}  val {row['val_loss']:.4e}  "
+                f"lr {row['lr']:.1e}  {row['epoch_time']:.1f}s"
+            )
+        return s
+
+
+class _Diverged(RuntimeError):
+    pass
+
+
+def provenance(cfg_container: dict, model_cfg: dict, dim: int, system: dict, data_file: Path) -> dict:
+    """What every checkpoint carries about how it was made."""
+    return {
+        "model_config": model_cfg,
+        "dim": dim,
+        "system": system,
+        "config": cfg_container,
+        "data_file": str(data_file),
+        "data_sha256": sha256(data_file),
+        "versions": versions(),
+        "created": now_utc(),
+    }

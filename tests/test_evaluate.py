@@ -1,0 +1,243 @@
+"""The evaluate stage: CLI end to end, its errors, and that it tells a fitted H from an untrained one."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+import hnnsym
+from hnnsym.artifacts import save_checkpoint, sha256, versions
+from hnnsym.cli import UserError
+from hnnsym.data import Split, simulate, write_dataset
+from hnnsym.dynamics import vector_field
+from hnnsym.evaluate import evaluate
+from hnnsym.integrators import get_integrator
+from hnnsym.models import HNN
+from hnnsym.systems import get_system
+
+REPO = Path(hnnsym.__file__).resolve().parent.parent
+CONF = REPO / "conf"
+SYSTEM = "double_well"
+MODEL_CFG = {"name": "hnn", "hidden": [16, 32, 16], "activation": "tanh"}
+FAST = ["eval.grid_points=60", "eval.slice_points=41", "device=cpu"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: extra intra-op threads only contend on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def write_tiny_dataset(data_dir: Path) -> Path:
+    """data/<system>/low/seed0.h5 with 12 train and 4 test trajectories (40 steps of 0.05)."""
+    system = get_system(SYSTEM)
+    gen = torch.Generator().manual_seed(0)
+    integ = get_integrator("gauss_legendre6", 1e-14)
+    splits = {}
+    for name, n, steps in (("train", 12, 8), ("val", 4, 8), ("test", 4, 40)):
+        y0 = system.sample(n, gen)
+        clean = simulate(system, y0, 0.025, 2, steps, integ).transpose(0, 1).numpy()
+        noise = 0.01 * torch.randn(clean.shape, generator=gen, dtype=torch.float64).numpy()
+        splits[name] = Split(clean + noise, clean, np.arange(steps + 1) * 0.05)
+    path = data_dir / SYSTEM / "low" / "seed0.h5"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    attrs = {
+        "system": SYSTEM, "system_params": {}, "dim": 1, "obs_dt": 0.05, "fine_dt": 0.025,
+        "integrator": "gauss_legendre6", "noise": "low", "noise_std": 0.01, "seed": 0, "config": "",
+    }  # fmt: skip
+    write_dataset(path, splits, attrs)
+    return path
+
+
+def write_checkpoint(run_dir: Path, model: torch.nn.Module, data_file: Path, **extra) -> Path:
+    """A checkpoint in the format hnnsym.train writes (the keys evaluate reads)."""
+    path = run_dir / "checkpoints" / "best.pt"
+    payload = {
+        "model": model.state_dict(),
+        "model_config": MODEL_CFG,
+        "dim": 1,
+        "system": {"name": SYSTEM, "params": {}},
+        "config": {"train": {"substeps": 1}},
+        "epoch": 3,
+        "data_file": str(data_file),
+        "data_sha256": sha256(data_file),
+        "versions": versions(),
+        **extra,
+    }
+    save_checkpoint(path, payload)
+    return path
+
+
+def untrained() -> HNN:
+    torch.manual_seed(0)
+    return HNN(1)
+
+
+def fitted_to_true_field(steps: int = 300) -> HNN:
+    """An HNN fitted by Adam to the true double-well vector field on the domain (a stand-in for a
+    trained model: only evaluate's ability to tell good from bad is tested here)."""
+    system = get_system(SYSTEM)
+    model = untrained().double()
+    y = system.sample(1024, torch.Generator().manual_seed(1))
+    target = vector_field(system, y, create_graph=False)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = ((vector_field(model, y) - target) ** 2).mean()
+        loss.backward()
+        opt.step()
+    return model.float()
+
+
+def compose_cfg(data_dir: Path, run_dir: Path, *overrides: str):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(
+            "evaluate",
+            [f"system={SYSTEM}", f"data_dir={data_dir}", f"run_dir={run_dir}", *FAST, *overrides],
+        )
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    env.pop("HNNSYM_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "hnnsym.evaluate", *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    write_tiny_dataset(root)
+    return root
+
+
+def data_file(data_dir: Path) -> Path:
+    return data_dir / SYSTEM / "low" / "seed0.h5"
+
+
+# ---- the CLI --------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_cli_end_to_end(data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    write_checkpoint(run_dir, untrained(), data_file(data_dir))
+    proc = run_cli(f"system={SYSTEM}", f"data_dir={data_dir}", f"run_dir={run_dir}", *FAST,
+                   "eval.rollout_steps=30", "eval.plot_trajectories=2")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "warning" not in proc.stderr
+    out = run_dir / "eval"
+    assert str(out / "metrics.json") in proc.stdout and "h_l1" in proc.stdout
+
+    metrics = json.loads((out / "metrics.json").read_text())
+    scalars = [
+        "h_l1", "h_l1_raw", "h_l1_rel", "h_offset", "vf_l1", "vf_rel", "traj_mse", "traj_l2_mean",
+        "rel_err_gmean", "vpt_mean", "energy_drift_true_max", "energy_drift_true_mean",
+        "energy_drift_pred_max", "energy_drift_data_max", "rollout_failed",
+    ]  # fmt: skip
+    for key in scalars:
+        assert isinstance(metrics[key], float) and math.isfinite(metrics[key]), key
+    assert metrics["h_l1"] > 0 and metrics["rollout_failed"] == 0.0
+    assert metrics["rollout_steps"] == 30 and metrics["rollout_trajectories"] == 4
+    assert metrics["rollout_horizon"] == pytest.approx(1.5)
+    assert metrics["grid_points_per_axis"] == 60 and metrics["grid_size"] == 3600
+    assert metrics["checkpoint"] == {"path": str(run_dir / "checkpoints" / "best.pt"),
+                                     "which": "best", "epoch": 3}  # fmt: skip
+    assert metrics["data"]["sha256"] == metrics["data"]["checkpoint_sha256"]
+    assert metrics["config"]["eval"]["rollout_steps"] == 30
+    assert metrics["versions"]["hnnsym"] == hnnsym.__version__
+
+    curves = pd.read_csv(out / "rollout.csv")
+    assert len(curves) == 31 and curves["t"].iloc[-1] == pytest.approx(1.5)
+    assert {"mse", "l2_mean", "rel_err_mean", "energy_drift_true_mean"} <= set(curves.columns)
+    assert curves["l2_mean"].iloc[0] == 0.0 and curves["l2_mean"].iloc[-1] > 0
+    for name in metrics["files"]["figures"]:
+        assert (out / name).stat().st_size > 1000, name
+    assert len(metrics["files"]["figures"]) == 5
+    assert (out / ".hydra" / "config.yaml").exists()
+    assert not (run_dir / ".hydra").exists()  # the train run's own Hydra dir is left alone
+
+
+@pytest.mark.slow
+def test_cli_missing_checkpoint_is_one_line(data_dir, tmp_path):
+    run_dir = tmp_path / "never-trained"
+    proc = run_cli(f"system={SYSTEM}", f"data_dir={data_dir}", f"run_dir={run_dir}", "seed=0")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert str(run_dir / "checkpoints" / "best.pt") in lines[0]
+    assert f"python -m hnnsym.train system={SYSTEM}" in lines[0] and "seed=0" in lines[0]
+
+
+# ---- in process -----------------------------------------------------------------------------
+
+
+def test_fitted_model_beats_untrained_by_far(data_dir, tmp_path, capsys):
+    results = {}
+    for name, model in (("untrained", untrained()), ("fitted", fitted_to_true_field())):
+        run_dir = tmp_path / name
+        write_checkpoint(run_dir, model, data_file(data_dir))
+        cfg = compose_cfg(data_dir, run_dir, "eval.figures=false")
+        results[name] = evaluate(cfg)
+        saved = json.loads((run_dir / "eval" / "metrics.json").read_text())
+        assert saved["h_l1"] == results[name]["h_l1"]
+    bad, good = results["untrained"], results["fitted"]
+    assert good["h_l1"] < 0.05 * bad["h_l1"]
+    assert good["vf_l1"] < 0.05 * bad["vf_l1"]
+    assert good["traj_l2_mean"] < 0.1 * bad["traj_l2_mean"]
+    assert good["rel_err_gmean"] < bad["rel_err_gmean"]
+    assert good["files"]["figures"] == []
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_warns_when_data_differ_from_training(data_dir, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    write_checkpoint(run_dir, untrained(), data_file(data_dir), data_sha256="0" * 64)
+    cfg = compose_cfg(data_dir, run_dir, "eval.rollout_steps=2", "eval.plot_trajectories=0",
+                      "eval.plot_training_data=false")  # fmt: skip
+    # (plot_trajectories=0 and no training data: only the H slice and the error figure)
+    metrics = evaluate(cfg)
+    err = capsys.readouterr().err
+    assert "warning" in err and str(data_file(data_dir)) in err
+    assert metrics["data"]["checkpoint_sha256"] == "0" * 64
+    assert metrics["files"]["figures"] == ["hamiltonian.png", "rollout_error.png"]
+    assert sorted(p.name for p in (run_dir / "eval").glob("*.png")) == metrics["files"]["figures"]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("eval.checkpoint=middle", "eval.checkpoint must be best or last"),
+        ("eval.rollout_steps=41", "exceeds the 40 steps of the test split"),
+        ("eval.valid_threshold=1.5", "eval.valid_threshold must be in (0, 1)"),
+    ],
+)
+def test_bad_settings_are_user_errors(data_dir, tmp_path, override, message):
+    run_dir = tmp_path / "run"
+    write_checkpoint(run_dir, untrained(), data_file(data_dir))
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        evaluate(compose_cfg(data_dir, run_dir, override))
+
+
+def test_corrupt_checkpoint_is_a_user_error(data_dir, tmp_path):
+    path = tmp_path / "run" / "checkpoints" / "best.pt"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(UserError, match="cannot read checkpoint"):
+        evaluate(compose_cfg(data_dir, tmp_path / "run"))
