@@ -1,0 +1,71 @@
+"""Shared fixtures: composing the repo's Hydra configs, and small valid data files."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+import hnnsym
+from hnnsym.data import Split, write_dataset
+
+REPO = Path(hnnsym.__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def compose_config() -> Callable[..., DictConfig]:
+    """compose_config("generate", ["system=double_well", ...]): the stage's config, as the CLI
+    would build it (without the hydra node)."""
+
+    def _compose(config_name: str, overrides: list[str] | None = None) -> DictConfig:
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            return compose(config_name=config_name, overrides=list(overrides or []))
+
+    return _compose
+
+
+def random_splits(
+    dim: int = 1, sizes: dict[str, tuple[int, int]] | None = None, seed: int = 0
+) -> dict[str, Split]:
+    """Splits of random numbers (not trajectories): {name: (N, T)} -> observed/clean (N, T+1, 2d)."""
+    rng = np.random.default_rng(seed)
+    sizes = sizes or {"train": (6, 5), "val": (3, 5), "test": (2, 9)}
+    out = {}
+    for name, (n, steps) in sizes.items():
+        clean = rng.standard_normal((n, steps + 1, 2 * dim))
+        observed = clean + 0.01 * rng.standard_normal(clean.shape)
+        out[name] = Split(observed, clean, 0.1 * np.arange(steps + 1))
+    return out
+
+
+def tiny_attrs(system: str = "double_well", dim: int = 1, **overrides) -> dict:
+    """The root attrs write_dataset requires, with plausible values."""
+    attrs = {
+        "system": system, "system_params": {}, "dim": dim, "obs_dt": 0.1, "fine_dt": 0.01,
+        "integrator": "gauss_legendre6", "noise": "low", "noise_std": 0.01, "seed": 0,
+        "config": "seed: 0\n",
+    }  # fmt: skip
+    attrs.update(overrides)
+    return attrs
+
+
+@pytest.fixture
+def tiny_dataset(tmp_path: Path) -> Callable[..., Path]:
+    """tiny_dataset(system=..., dim=..., sizes=..., **attrs) writes
+    ``<tmp>/data/<system>/low/seed0.h5`` with random splits and returns its path."""
+
+    def _write(
+        system: str = "double_well",
+        dim: int = 1,
+        sizes: dict[str, tuple[int, int]] | None = None,
+        **attrs,
+    ) -> Path:
+        path = tmp_path / "data" / system / "low" / "seed0.h5"
+        write_dataset(path, random_splits(dim, sizes), tiny_attrs(system, dim, **attrs))
+        return path
+
+    return _write

@@ -1,0 +1,298 @@
+"""The data layer: HDF5 schema and round trip, its errors, training windows, ground-truth helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from conftest import random_splits, tiny_attrs
+
+import hnnsym
+from hnnsym.cli import UserError
+from hnnsym.data import (
+    SCHEMA_VERSION,
+    DataError,
+    Split,
+    add_noise,
+    generate_command,
+    observation_ratio,
+    random_windows,
+    read_dataset,
+    simulate,
+    split_generator,
+    write_dataset,
+)
+from hnnsym.integrators import get_integrator
+from hnnsym.systems import get_system
+
+ROOT_ATTRS = {
+    "schema_version", "system", "system_params", "dim", "obs_dt", "fine_dt", "integrator", "noise",
+    "noise_std", "seed", "n_train", "n_val", "n_test", "hnnsym_version", "versions", "config",
+    "created",
+}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: extra intra-op threads only contend on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ---- schema and round trip ------------------------------------------------------------------
+
+
+def test_round_trip_keeps_arrays_and_attrs(tmp_path):
+    splits = random_splits(dim=2)
+    path = tmp_path / "d.h5"
+    write_dataset(path, splits, tiny_attrs("henon_heiles", 2, system_params={"energy_max": 1 / 6}))
+    data = read_dataset(path, system="henon_heiles", dim=2)
+    assert data.path == path
+    for name, split in splits.items():
+        got = data.splits[name]
+        for key in ("observed", "clean", "t"):
+            np.testing.assert_array_equal(getattr(got, key), getattr(split, key))
+            assert getattr(got, key).dtype == np.float64
+    a = data.attrs
+    assert set(a) == ROOT_ATTRS
+    assert a["schema_version"] == SCHEMA_VERSION
+    assert a["system_params"] == {"energy_max": 1 / 6}
+    assert a["versions"]["hnnsym"] == hnnsym.__version__ == a["hnnsym_version"]
+    assert (a["n_train"], a["n_val"], a["n_test"]) == (6, 3, 2)
+    assert (a["dim"], a["seed"], a["obs_dt"], a["noise"]) == (2, 0, 0.1, "low")
+    assert datetime.fromisoformat(a["created"]).utcoffset().total_seconds() == 0
+
+
+def test_file_is_plain_hdf5_chunked_per_trajectory_and_compressed(tmp_path):
+    path = tmp_path / "d.h5"
+    write_dataset(path, random_splits(dim=1), tiny_attrs())
+    with h5py.File(path, "r") as f:
+        assert set(f) == {"train", "val", "test"}
+        assert json.loads(f.attrs["system_params"]) == {}
+        assert isinstance(f.attrs["config"], str)
+        for name, (n, steps) in {"train": (6, 5), "val": (3, 5), "test": (2, 9)}.items():
+            for key in ("observed", "clean"):
+                ds = f[name][key]
+                assert ds.shape == (n, steps + 1, 2) and ds.dtype == np.float64
+                assert ds.chunks == (1, steps + 1, 2)
+                assert ds.compression == "gzip" and ds.shuffle and ds.fletcher32
+            assert f[name]["t"].shape == (steps + 1,)
+
+
+def test_refuses_to_overwrite_unless_asked(tmp_path):
+    path = tmp_path / "d.h5"
+    write_dataset(path, random_splits(seed=1), tiny_attrs())
+    with pytest.raises(DataError, match=r"d\.h5 already exists.*generate\.overwrite=true"):
+        write_dataset(path, random_splits(seed=2), tiny_attrs())
+    first = read_dataset(path).splits["train"].clean
+    np.testing.assert_array_equal(first, random_splits(seed=1)["train"].clean)
+    write_dataset(path, random_splits(seed=2), tiny_attrs(), overwrite=True)
+    np.testing.assert_array_equal(
+        read_dataset(path).splits["train"].clean, random_splits(seed=2)["train"].clean
+    )
+
+
+def test_failed_write_leaves_old_file_and_no_temp(tmp_path):
+    path = tmp_path / "d.h5"
+    write_dataset(path, random_splits(seed=1), tiny_attrs())
+    before = path.read_bytes()
+    with pytest.raises(TypeError, match="bogus"):  # raised inside the atomic block, mid-write
+        write_dataset(path, random_splits(seed=2), tiny_attrs(bogus={"a": 1}), overwrite=True)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["d.h5"]
+
+
+# ---- every DataError ------------------------------------------------------------------------
+
+
+def test_missing_file_says_which_generate_command_to_run(tmp_path):
+    path = tmp_path / "d" / "pendulum" / "medium" / "seed3.h5"
+    with pytest.raises(DataError) as err:
+        read_dataset(path, system="pendulum")
+    msg = str(err.value)
+    assert f"no data file at {path}" in msg
+    assert (
+        f"`python -m hnnsym.generate system=pendulum noise=medium seed=3 data_dir={tmp_path / 'd'}`"
+        in msg
+    )
+    assert "\n" not in msg
+    default = generate_command(Path("data/henon_heiles/low/seed0.h5"))
+    assert default == "python -m hnnsym.generate system=henon_heiles noise=low seed=0"
+
+
+def test_not_hdf5(tmp_path):
+    path = tmp_path / "seed0.h5"
+    path.write_text("not an HDF5 file\n")
+    with pytest.raises(DataError, match="not a readable HDF5 file, or is truncated or corrupt"):
+        read_dataset(path)
+
+
+def test_truncated(tiny_dataset):
+    path = tiny_dataset()
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError, match="truncated or corrupt.*generate.overwrite=true"):
+        read_dataset(path)
+
+
+def test_corrupt_chunk_is_caught_by_checksum(tiny_dataset):
+    path = tiny_dataset()
+    with h5py.File(path, "r") as f:
+        info = f["val"]["clean"].id.get_chunk_info(1)
+    with open(path, "r+b") as fh:  # flip one byte inside the compressed chunk
+        fh.seek(info.byte_offset + info.size // 2)
+        byte = fh.read(1)
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    read_dataset(path, splits=("train",))  # other splits still read
+    with pytest.raises(DataError, match="truncated or corrupt"):
+        read_dataset(path)
+
+
+@pytest.mark.parametrize("version", [None, SCHEMA_VERSION + 1])
+def test_schema_version_missing_or_different(tiny_dataset, version):
+    path = tiny_dataset()
+    with h5py.File(path, "r+") as f:
+        if version is None:
+            del f.attrs["schema_version"]
+        else:
+            f.attrs["schema_version"] = version
+    expected = "no schema_version" if version is None else f"schema_version {version}, this"
+    with pytest.raises(DataError, match=expected):
+        read_dataset(path)
+
+
+def test_system_or_dim_mismatch(tiny_dataset):
+    path = tiny_dataset("double_well", 1)
+    with pytest.raises(DataError, match="holds system 'double_well', not 'pendulum'"):
+        read_dataset(path, system="pendulum")
+    with pytest.raises(DataError, match="holds dim=1 states, not dim=2"):
+        read_dataset(path, dim=2)
+    read_dataset(path, system="double_well", dim=1)
+
+
+def test_missing_split(tiny_dataset):
+    path = tiny_dataset(sizes={"train": (4, 3), "val": (2, 3)})
+    read_dataset(path, splits=("train", "val"))
+    with pytest.raises(DataError, match=r"no split 'test' \(it has \['train', 'val'\]\)"):
+        read_dataset(path)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_data(tmp_path, bad):
+    splits = random_splits()
+    splits["val"].observed[1, 2, 0] = bad
+    path = tmp_path / "d.h5"
+    write_dataset(path, splits, tiny_attrs())
+    with pytest.raises(DataError, match="split 'val' observed contains NaN or Inf"):
+        read_dataset(path)
+
+
+def test_data_error_is_a_user_error():
+    assert issubclass(DataError, UserError)
+
+
+# ---- training windows -----------------------------------------------------------------------
+
+
+def test_random_windows_are_slices_from_uniform_starts():
+    N, T, window = 5, 7, 3
+    observed = torch.randn(N, T + 1, 4, generator=torch.Generator().manual_seed(0))
+    index = torch.tensor([4, 0, 4, 2] * 100)
+    out = random_windows(observed, window, index, torch.Generator().manual_seed(1))
+    assert out.shape == (window + 1, index.shape[0], 4) and out.is_contiguous()
+    # each window's start is where its first state sits in its trajectory (values are distinct)
+    hits = observed[index, :, 0] == out[0, :, 0, None]  # (B, T+1)
+    assert (hits.sum(1) == 1).all()
+    starts = hits.float().argmax(1)
+    times = starts[:, None] + torch.arange(window + 1)
+    assert torch.equal(out, observed[index[:, None], times].transpose(0, 1))
+    counts = np.bincount(starts.numpy(), minlength=T - window + 1)
+    assert len(counts) == T - window + 1  # never beyond T - window
+    assert counts.min() > 50  # every start in [0, T - window] drawn (400 draws over 5 values)
+
+
+def test_random_windows_deterministic_and_full_length_window():
+    observed = torch.randn(3, 6, 2, generator=torch.Generator().manual_seed(0))
+    index = torch.arange(3)
+    a = random_windows(observed, 2, index, torch.Generator().manual_seed(7))
+    b = random_windows(observed, 2, index, torch.Generator().manual_seed(7))
+    assert torch.equal(a, b)
+    full = random_windows(observed, 5, index, torch.Generator().manual_seed(7))
+    assert torch.equal(full, observed.transpose(0, 1))
+
+
+@pytest.mark.parametrize("window", [0, 6])
+def test_random_windows_rejects_bad_window(window):
+    observed = torch.zeros(3, 6, 2)  # T = 5
+    with pytest.raises(DataError, match="window"):
+        random_windows(observed, window, torch.arange(3), torch.Generator())
+
+
+# ---- making data ----------------------------------------------------------------------------
+
+
+def test_split_generators_are_independent_and_reproducible():
+    def draw(seed, split, stream):
+        return torch.rand(4, generator=split_generator(seed, split, stream))
+
+    assert torch.equal(draw(3, "val", "noise"), draw(3, "val", "noise"))
+    draws = [draw(s, sp, st) for s in (0, 1) for sp in ("train", "val", "test") for st in ("initial", "noise")]  # fmt: skip
+    assert len({tuple(d.tolist()) for d in draws}) == len(draws)
+    with pytest.raises(UserError, match="seed must be >= 0"):
+        split_generator(-1, "train", "noise")
+
+
+def test_observation_ratio():
+    assert observation_ratio(0.01, 0.001) == 10  # 0.01 / 0.001 = 9.999999999999998 in floats
+    assert observation_ratio(0.05, 0.05) == 1
+    with pytest.raises(UserError, match="whole multiple of fine_dt=0.003"):
+        observation_ratio(0.01, 0.003)
+    with pytest.raises(UserError, match="whole multiple"):
+        observation_ratio(0.0005, 0.001)
+    for obs_dt, fine_dt in ((0.0, 0.001), (0.01, -0.001), (float("nan"), 0.001)):
+        with pytest.raises(UserError, match="finite and > 0"):
+            observation_ratio(obs_dt, fine_dt)
+
+
+def test_simulate_is_integrate_subsampled_bitwise():
+    """Restarting integrate() every `every` steps changes nothing: each step depends on y only."""
+    system = get_system("double_well")
+    y0 = system.sample(5, torch.Generator().manual_seed(0))
+    integ = get_integrator("gauss_legendre4", 1e-14)
+    got = simulate(system, y0, 0.01, 4, 6, integ)
+    with torch.no_grad():
+        ref = hnnsym.integrate(system, y0, 0.01, 24, integ, "backprop")
+    assert got.shape == (7, 5, 2) and not got.requires_grad
+    assert torch.equal(got, ref[::4])
+
+
+def test_simulate_matches_the_exact_linear_flow():
+    """Coupled oscillator: y' = A y with A = [[a, 1], [-1, -a]], so y(t) = expm(A t) y0."""
+    alpha = 0.5
+    system = get_system("coupled_oscillator", alpha=alpha)
+    y0 = system.sample(8, torch.Generator().manual_seed(0))
+    every, steps, fine_dt = 5, 8, 0.002
+    got = simulate(system, y0, fine_dt, every, steps, get_integrator("gauss_legendre6", 1e-14))
+    A = torch.tensor([[alpha, 1.0], [-1.0, -alpha]], dtype=torch.float64)
+    times = torch.arange(steps + 1, dtype=torch.float64) * every * fine_dt
+    exact = torch.einsum("tij,bj->tbi", torch.linalg.matrix_exp(A * times[:, None, None]), y0)
+    torch.testing.assert_close(got, exact, rtol=0, atol=1e-13)
+
+
+def test_add_noise():
+    clean = np.zeros((200, 11, 4))
+    noisy = add_noise(clean, 0.05, torch.Generator().manual_seed(0))
+    assert abs(noisy.std() / 0.05 - 1) < 5 / np.sqrt(2 * noisy.size)  # 5 sigma
+    assert abs(noisy.mean()) < 5 * 0.05 / np.sqrt(noisy.size)
+    assert np.array_equal(add_noise(clean, 0.0, torch.Generator()), clean)
+    split = Split(noisy, clean, np.arange(11.0))
+    assert split.observed is noisy
