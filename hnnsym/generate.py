@@ -116,6 +116,7 @@ def run(cfg: DictConfig) -> Path:
     """Validate, simulate every split, write ``cfg.data_file``; returns its path."""
     system, every, resolved = check_config(cfg)
     device = configure(cfg)
+    g = cfg.generate
     splits = {}
     for split in SPLITS:
         splits[split], stats = make_split(cfg, system, split, every, device)

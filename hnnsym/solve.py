@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import math
+import operator
 from typing import Callable
 
 from torch import Tensor
 
 from hnnsym.gradients import GradientMethod, Rollout, get_gradient
-from hnnsym.integrators import Integrator, SolverStats, Tableau, get_integrator
+from hnnsym.integrators import (
+    Integrator,
+    ReversibleLeapfrog,
+    SolverStats,
+    Tableau,
+    get_integrator,
+)
 
 
 def integrate(
@@ -16,7 +23,7 @@ def integrate(
     y0: Tensor,
     h: float,
     steps: int,
-    integrator: str | Integrator | Tableau = "implicit_midpoint",
+    integrator: str | Integrator | Tableau | ReversibleLeapfrog = "implicit_midpoint",
     gradient: str | GradientMethod = "symplectic_adjoint",
     *,
     tol: float | None = None,
@@ -39,12 +46,19 @@ def integrate(
         raise ValueError(f"y0 must have shape (B, 2d), got {tuple(y0.shape)}")
     if not (isinstance(h, (int, float)) and math.isfinite(h) and h > 0):
         raise ValueError(f"step size h must be a finite number > 0, got {h!r}")
-    if int(steps) != steps or steps < 0:
+    try:
+        n_steps = operator.index(steps)
+    except TypeError:
+        n_steps = -1
+    if n_steps < 0:
         raise ValueError(f"steps must be a whole number >= 0, got {steps!r}")
+    steps = n_steps
     if guess is not None and guess.shape != (steps + 1, *y0.shape):
         raise ValueError(f"guess must have shape {(steps + 1, *y0.shape)}, got {tuple(guess.shape)}")
     integ = get_integrator(integrator, tol, max_iter, predictor, on_fail)
     method = get_gradient(gradient)
     rollout = Rollout(H, integ, float(h), int(steps), guess, stats)
+    if isinstance(integ, ReversibleLeapfrog):  # integer state: not a tableau on the stage solver
+        return integ.integrate(rollout, y0, method)
     method.check(rollout)
     return method.integrate(rollout, y0)

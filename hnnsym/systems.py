@@ -27,6 +27,7 @@ class System:
     params: dict = field(default_factory=dict)
     energy_max: float | None = None
     description: str = ""
+    separable: bool = False  # H = T(p) + V(q): leapfrog / symplectic Euler run explicitly
 
     def __call__(self, y: Tensor) -> Tensor:
         """H(y): (B, 2d) -> (B,)."""
@@ -91,6 +92,7 @@ def double_well() -> System:
 
     return System(
         "double_well", 1, H, ((-2.0, 2.0), (-2.0, 2.0)), {},
+        separable=True,
         description="H = p^2/2 + q^4/4 - q^2/2; (q, p) in [-2, 2]^2",
     )  # fmt: skip
 
@@ -117,6 +119,7 @@ def henon_heiles(energy_max: float = 1.0 / 6.0) -> System:
 
     return System(
         "henon_heiles", 2, H, ((-0.5, 0.5),) * 4, {"energy_max": energy_max}, energy_max,
+        separable=True,
         description="H = |p|^2/2 + (qx^2+qy^2)/2 + qx^2 qy - qy^3/3; box [-0.5, 0.5]^4, H < 1/6",
     )  # fmt: skip
 
@@ -129,6 +132,7 @@ def pendulum(g: float = 1.0, length: float = 1.0, mass: float = 1.0) -> System:
     return System(
         "pendulum", 1, H, ((-math.pi / 2, math.pi / 2), (-1.5, 1.5)),
         {"g": g, "length": length, "mass": mass},
+        separable=True,
         description="H = p^2/(2 m l^2) + m g l (1 - cos q); q in [-pi/2, pi/2], p in [-1.5, 1.5]",
     )  # fmt: skip
 
@@ -140,6 +144,7 @@ def mass_spring(mass: float = 1.0, k: float = 1.0) -> System:
 
     return System(
         "mass_spring", 1, H, ((-1.0, 1.0), (-1.0, 1.0)), {"mass": mass, "k": k},
+        separable=True,
         description="H = p^2/(2m) + k q^2/2; (q, p) in [-1, 1]^2",
     )  # fmt: skip
 

@@ -14,7 +14,7 @@ from hnnsym.artifacts import write_text
 from hnnsym.cli import UserError, configure, exits_cleanly, resolve_dtype
 from hnnsym.data import random_windows, read_dataset
 from hnnsym.gradients import get_gradient
-from hnnsym.integrators import get_integrator
+from hnnsym.integrators import integrator_from_config
 from hnnsym.models import model_from_config
 from hnnsym.systems import get_system
 from hnnsym.training import Trainer, WindowLoss, provenance
@@ -86,9 +86,12 @@ def main(cfg: DictConfig) -> None:
     val_generator = torch.Generator().manual_seed(cfg.seed + 1_000_003)
     val_windows = random_windows(val, t.window, torch.arange(val.shape[0]), val_generator)
 
-    integ = cfg.integrator
-    integrator = get_integrator(integ.name, integ.tol, integ.max_iter, integ.predictor, integ.on_fail)
-    loss = WindowLoss(integrator, get_gradient(cfg.gradient.name), obs_dt / t.substeps, t.substeps,
+    try:
+        integrator = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
+        gradient = get_gradient(cfg.gradient.name)
+    except ValueError as err:
+        raise UserError(str(err)) from err
+    loss = WindowLoss(integrator, gradient, obs_dt / t.substeps, t.substeps,
                       t.segments)  # fmt: skip
     container = OmegaConf.to_container(cfg, resolve=True)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)

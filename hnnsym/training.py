@@ -46,7 +46,7 @@ class WindowLoss:
             )
             tau = length
         guess = None
-        if self.integrator.predictor == "observed" and self.substeps == 1:
+        if getattr(self.integrator, "predictor", None) == "observed" and self.substeps == 1:
             guess = windows
         traj = integrate(
             model, windows[0], self.h, tau * self.substeps, self.integrator, self.gradient,

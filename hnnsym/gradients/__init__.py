@@ -4,10 +4,11 @@ from hnnsym.gradients.adjoint import Adjoint
 from hnnsym.gradients.backprop import Backprop
 from hnnsym.gradients.base import GradientMethod, Rollout
 from hnnsym.gradients.checkpoint import Checkpoint
+from hnnsym.gradients.reversible import Reversible
 from hnnsym.gradients.symplectic_adjoint import SymplecticAdjoint
 
 GRADIENTS: dict[str, type[GradientMethod]] = {
-    m.name: m for m in (Backprop, Checkpoint, Adjoint, SymplecticAdjoint)
+    m.name: m for m in (Backprop, Checkpoint, Adjoint, SymplecticAdjoint, Reversible)
 }
 
 

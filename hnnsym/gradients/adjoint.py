@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from hnnsym.gradients.base import GradientMethod, Rollout
+from hnnsym.integrators import IncompatibleError
 
 
 class Adjoint(GradientMethod):
@@ -29,7 +30,7 @@ class Adjoint(GradientMethod):
 
     def check(self, rollout: Rollout) -> None:
         if rollout.integrator.tableau.partitioned:
-            raise ValueError(
+            raise IncompatibleError(
                 f"gradient=adjoint needs a plain Runge–Kutta integrator, not the partitioned "
                 f"{rollout.integrator.name}; use gradient=symplectic_adjoint (exact) instead"
             )

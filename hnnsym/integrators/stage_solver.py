@@ -10,11 +10,13 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from hnnsym.integrators.reversible import ReversibleLeapfrog
 from hnnsym.integrators.tableaux import TABLEAUX, Tableau
 
 Field = Callable[[Tensor], Tensor]
@@ -96,9 +98,10 @@ class FixedPoint:
         if stats is not None:
             stats.record(it, residual if residual == residual else float("inf"), converged, where)
         if not converged:
+            diverged = "" if residual == residual else " (diverged to non-finite values)"
             msg = (
                 f"fixed-point iteration did not converge {where}: residual {residual:.3g} > tol "
-                f"{tol:.3g} after {self.max_iter} iterations; use a smaller dt or raise max_iter"
+                f"{tol:.3g} after {it} iterations{diverged}; use a smaller dt or raise max_iter"
             )
             if self.on_fail == "raise":
                 raise ConvergenceError(msg)
@@ -265,12 +268,30 @@ def get_integrator(
     max_iter: int = 50,
     predictor: str = "rk2",
     on_fail: str = "raise",
-) -> Integrator:
-    """An Integrator from a name in TABLEAUX, a Tableau, or an Integrator (returned as is)."""
-    if isinstance(integrator, Integrator):
+    **fixed_point,
+) -> "Integrator | ReversibleLeapfrog":
+    """An Integrator from a name in TABLEAUX, a Tableau, or an Integrator (returned as is);
+    "reversible_leapfrog" (or a ReversibleLeapfrog) gives the fixed-point integrator, built with
+    ``fixed_point`` (frac_bits, rounding); it has no stage solver, so the other options are unused."""
+    if isinstance(integrator, (Integrator, ReversibleLeapfrog)):
         return integrator
+    if integrator == ReversibleLeapfrog.name:
+        return ReversibleLeapfrog(**fixed_point)
+    if fixed_point:
+        raise ValueError(f"options {sorted(fixed_point)} apply to reversible_leapfrog only")
     if isinstance(integrator, str):
         if integrator not in TABLEAUX:
-            raise ValueError(f"unknown integrator {integrator!r}; choose one of {sorted(TABLEAUX)}")
+            raise ValueError(
+                f"unknown integrator {integrator!r}; choose one of "
+                f"{sorted([*TABLEAUX, ReversibleLeapfrog.name])}"
+            )
         integrator = TABLEAUX[integrator]
     return Integrator(integrator, FixedPoint(tol, max_iter, on_fail), predictor)
+
+
+def integrator_from_config(node: Mapping[str, Any]) -> "Integrator | ReversibleLeapfrog":
+    """An integrator from a config group node: ``name`` plus that integrator's options."""
+    options = {k: v for k, v in node.items() if k != "name"}
+    if node["name"] == ReversibleLeapfrog.name:
+        options = {k: v for k, v in options.items() if k in ("frac_bits", "rounding")}
+    return get_integrator(node["name"], **options)
