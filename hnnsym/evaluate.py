@@ -145,6 +145,12 @@ def evaluate(cfg: DictConfig) -> dict:
     run_dir = Path(cfg.run_dir)
     out = run_dir / "eval"
     ckpt_path, payload = load_checkpoint(run_dir, e.checkpoint)
+    asked = OmegaConf.to_container(cfg.model, resolve=True)
+    if payload["model_config"] != asked:
+        raise UserError(
+            f"checkpoint {ckpt_path} holds model {payload['model_config']}, but the config asks for "
+            f"{asked}; evaluate with the overrides the run was trained with"
+        )
     model = build_model(payload, ckpt_path, device, dtype)
     system: System = get_system(payload["system"]["name"], **payload["system"].get("params", {}))
     if system.dim != payload["dim"]:

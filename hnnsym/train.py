@@ -55,6 +55,13 @@ def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> Path | None
     return None
 
 
+def load_checkpoint(path: Path, device: torch.device) -> dict:
+    try:
+        return torch.load(path, map_location=device, weights_only=False)
+    except Exception as err:  # truncated or foreign files raise many kinds
+        raise UserError(f"cannot read checkpoint {path} ({type(err).__name__}: {err})") from err
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:
@@ -101,7 +108,7 @@ def main(cfg: DictConfig) -> None:
         provenance(container, model_cfg, system.dim, system_info, data_file),
     )  # fmt: skip
     if resume_from is not None:
-        trainer.restore(torch.load(resume_from, map_location=device, weights_only=False))
+        trainer.restore(load_checkpoint(resume_from, device), resume_from)
         print(f"resuming {run_dir} from epoch {trainer.state.epoch}")
     write_text(run_dir / "config.yaml", OmegaConf.to_yaml(container))
     try:

@@ -117,8 +117,17 @@ class Trainer:
             "saved": now_utc(),
         }
 
-    def restore(self, payload: dict) -> None:
-        self.model.load_state_dict(payload["model"])
+    def restore(self, payload: dict, path: Path) -> None:
+        """Continue from a checkpoint of this run; refuses one made for another architecture."""
+        if payload.get("model_config") != self.provenance["model_config"]:
+            raise UserError(
+                f"checkpoint {path} holds model {payload.get('model_config')}, but the config asks "
+                f"for {self.provenance['model_config']}; resume with the overrides it was trained with"
+            )
+        try:
+            self.model.load_state_dict(payload["model"])
+        except RuntimeError as err:
+            raise UserError(f"checkpoint {path} does not fit the model: {err}") from err
         self.optimizer.load_state_dict(payload["optimizer"])
         self.scheduler.load_state_dict(payload["scheduler"])
         self.generator.set_state(payload["generator"])
@@ -185,8 +194,10 @@ class Trainer:
                 where = f"the last good checkpoint is kept at {self.last_path} (epoch {s.epoch})"
                 if s.epoch == 0:
                     where = "no epoch completed, so no checkpoint was written"
+                what = "training diverged" if isinstance(err, _Diverged) else "the integrator failed"
                 raise UserError(
-                    f"training diverged: {err}; {where}; try a smaller train.lr or integration step"
+                    f"{what}: {err}; {where}; try a smaller train.lr, train.substeps > 1 or a "
+                    f"larger integrator.max_iter"
                 ) from err
             s.epoch += 1
             s.elapsed = row["wall_time"]

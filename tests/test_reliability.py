@@ -1,0 +1,199 @@
+"""Bad input ends in one clear line and exit 2 with prior artifacts intact; SIGKILL + resume is
+bitwise identical to an uninterrupted run; training is deterministic."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+SYSTEM = ["system=double_well", "noise=low", "seed=0"]
+TINY_TRAIN = ["train.batch_size=32", "train.progress=false", "train.early_stop.patience=100"]
+
+
+def cli(stage: str, tmp: Path, *overrides: str, run: str = "run", wait: bool = True):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    cmd = [sys.executable, "-m", f"hnnsym.{stage}", *SYSTEM, f"data_dir={tmp / 'data'}",
+           f"run_dir={tmp / run}", f"hydra.run.dir={tmp / 'hydra'}", *overrides]  # fmt: skip
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("reliability")
+    proc = cli("generate", root, "generate.n_train=96", "generate.n_val=32", "generate.n_test=4",
+               "generate.test_steps=20", "generate.train_steps=12")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return root
+
+
+@pytest.fixture
+def tmp(data_root: Path, tmp_path: Path) -> Path:
+    """A fresh working dir whose data/ is a copy of the module's tiny dataset."""
+    src = data_root / "data" / "double_well" / "low" / "seed0.h5"
+    dst = tmp_path / "data" / "double_well" / "low" / "seed0.h5"
+    dst.parent.mkdir(parents=True)
+    dst.write_bytes(src.read_bytes())
+    return tmp_path
+
+
+def data_file(tmp: Path) -> Path:
+    return tmp / "data" / "double_well" / "low" / "seed0.h5"
+
+
+# ---- bad input ------------------------------------------------------------------------------
+def test_train_without_data_says_to_generate(tmp_path):
+    proc = cli("train", tmp_path, *TINY_TRAIN)
+    assert_one_line_error(proc, "python -m hnnsym.generate", "system=double_well")
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_truncated_data_file(tmp):
+    blob = data_file(tmp).read_bytes()
+    data_file(tmp).write_bytes(blob[: len(blob) // 2])
+    assert_one_line_error(cli("train", tmp, *TINY_TRAIN), str(data_file(tmp)))
+
+
+def test_data_of_another_system(tmp):
+    target = tmp / "data" / "pendulum" / "low" / "seed0.h5"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(data_file(tmp).read_bytes())
+    proc = cli("train", tmp, *TINY_TRAIN, "system=pendulum")
+    assert_one_line_error(proc, "double_well", "pendulum")
+
+
+def test_nan_in_data(tmp):
+    with h5py.File(data_file(tmp), "r+") as f:
+        observed = f["train/observed"][...]
+        observed[3, 2, 0] = np.nan
+        f["train/observed"][...] = observed
+    assert_one_line_error(cli("train", tmp, *TINY_TRAIN), "NaN")
+
+
+def test_incompatible_schema_version(tmp):
+    with h5py.File(data_file(tmp), "r+") as f:
+        f.attrs["schema_version"] = 99
+    assert_one_line_error(cli("train", tmp, *TINY_TRAIN), "schema")
+
+
+def test_unknown_config_option_and_key(tmp):
+    for override in ("system=lorenz", "train.no_such_key=1"):
+        proc = cli("train", tmp, *TINY_TRAIN, override)
+        assert proc.returncode != 0
+        assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("train.window=40", "longer than the trajectories"),
+        ("train.lr=-1", "train.lr must be > 0"),
+        ("train.window=5", "multiple of train.segments"),  # with segments=2 below
+        ("threads=0", "threads must be >= 1"),
+    ],
+)
+def test_non_physical_training_values(tmp, override, fragment):
+    extra = ["train.segments=2"] if "window=5" in override else []
+    assert_one_line_error(cli("train", tmp, *TINY_TRAIN, *extra, override), fragment)
+
+
+def test_batch_larger_than_data_is_fine_but_said(tmp):
+    proc = cli("train", tmp, *TINY_TRAIN, "train.epochs=1", "train.batch_size=4096")
+    assert proc.returncode == 0, proc.stderr
+    assert "exceeds the 96 training trajectories" in proc.stderr
+
+
+def test_fixed_point_failure_names_step_and_keeps_nothing_half_written(tmp):
+    proc = cli("train", tmp, *TINY_TRAIN, "train.epochs=2", "integrator.max_iter=1",
+               "integrator.tol=1e-30")  # fmt: skip
+    assert_one_line_error(proc, "did not converge", "at step", "residual", "smaller dt")
+    assert not (tmp / "run" / "checkpoints" / "last.pt").exists()
+
+
+def test_unwritable_run_dir(tmp):
+    (tmp / "afile").write_text("not a directory")
+    proc = cli("train", tmp, *TINY_TRAIN, run="afile/run")
+    assert_one_line_error(proc, "cannot write to the run directory")
+
+
+def test_finished_run_is_not_overwritten_and_architecture_is_checked(tmp):
+    assert cli("train", tmp, *TINY_TRAIN, "train.epochs=1").returncode == 0
+    last = tmp / "run" / "checkpoints" / "last.pt"
+    before = last.read_bytes()
+    assert_one_line_error(cli("train", tmp, *TINY_TRAIN, "train.epochs=1"), "already holds a run")
+    proc = cli("train", tmp, *TINY_TRAIN, "train.epochs=2", "train.resume=true",
+               "model.hidden=[8,8]")  # fmt: skip
+    assert_one_line_error(proc, "holds model", "trained with")
+    proc = cli("evaluate", tmp, "model.hidden=[8,8]")
+    assert_one_line_error(proc, "holds model")
+    assert last.read_bytes() == before
+    assert cli("train", tmp, *TINY_TRAIN, "train.epochs=1", "train.overwrite=true").returncode == 0
+
+
+def test_evaluate_without_checkpoint(tmp):
+    proc = cli("evaluate", tmp)
+    assert_one_line_error(proc, "no checkpoint", "python -m hnnsym.train")
+
+
+# ---- determinism, kill and resume ------------------------------------------------------------
+def losses(run: Path) -> pd.DataFrame:
+    return pd.read_csv(run / "metrics.csv")[["epoch", "train_loss", "val_loss", "lr"]]
+
+
+def final_params(run: Path) -> dict:
+    return torch.load(run / "checkpoints" / "last.pt", weights_only=False)["model"]
+
+
+def test_training_is_deterministic_and_survives_sigkill(tmp):
+    epochs = ["train.epochs=20", "train.early_stop.patience=100"]
+    assert cli("train", tmp, *TINY_TRAIN, *epochs, run="a").returncode == 0
+    assert cli("train", tmp, *TINY_TRAIN, *epochs, run="b").returncode == 0
+    pd.testing.assert_frame_equal(losses(tmp / "a"), losses(tmp / "b"), check_exact=True)
+    for key, value in final_params(tmp / "a").items():
+        assert torch.equal(value, final_params(tmp / "b")[key]), key
+
+    # a third run, killed with SIGKILL once two epochs are on disk, then resumed
+    proc = cli("train", tmp, *TINY_TRAIN, *epochs, run="c", wait=False)
+    metrics = tmp / "c" / "metrics.csv"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if metrics.exists() and len(pd.read_csv(metrics)) >= 2:
+            break
+        assert proc.poll() is None, proc.stderr.read().decode()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    done = len(pd.read_csv(metrics))
+    assert done < 20, "the run finished before it could be killed"
+    resumed = cli("train", tmp, *TINY_TRAIN, *epochs, "train.resume=true", run="c")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stdout
+    pd.testing.assert_frame_equal(losses(tmp / "a"), losses(tmp / "c"), check_exact=True)
+    for key, value in final_params(tmp / "a").items():
+        assert torch.equal(value, final_params(tmp / "c")[key]), key
+    assert not list((tmp / "c").rglob("*.tmp"))
