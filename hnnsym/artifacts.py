@@ -7,9 +7,10 @@ import hashlib
 import os
 import platform
 import tempfile
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 

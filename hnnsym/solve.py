@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Callable
+from collections.abc import Callable
 
 from torch import Tensor
 
@@ -54,7 +54,9 @@ def integrate(
         raise ValueError(f"steps must be a whole number >= 0, got {steps!r}")
     steps = n_steps
     if guess is not None and guess.shape != (steps + 1, *y0.shape):
-        raise ValueError(f"guess must have shape {(steps + 1, *y0.shape)}, got {tuple(guess.shape)}")
+        raise ValueError(
+            f"guess must have shape {(steps + 1, *y0.shape)}, got {tuple(guess.shape)}"
+        )
     integ = get_integrator(integrator, tol, max_iter, predictor, on_fail)
     method = get_gradient(gradient)
     rollout = Rollout(H, integ, float(h), int(steps), guess, stats)

@@ -9,8 +9,8 @@ same box (with the same energy filter), as in seed 000.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -52,7 +52,9 @@ class System:
         out: list[Tensor] = []
         have = 0
         while have < n:
-            u = torch.rand((max(2 * (n - have), 64), 2 * self.dim), generator=generator, dtype=dtype)
+            u = torch.rand(
+                (max(2 * (n - have), 64), 2 * self.dim), generator=generator, dtype=dtype
+            )
             y = low + (high - low) * u
             y = y[self.in_domain(y)]
             out.append(y)
@@ -65,7 +67,9 @@ class System:
         y = torch.cartesian_prod(*axes).reshape(-1, 2 * self.dim)
         return y[self.in_domain(y)]
 
-    def slice_grid(self, points_per_axis: int, axes: tuple[int, int], dtype=torch.float64) -> Tensor:
+    def slice_grid(
+        self, points_per_axis: int, axes: tuple[int, int], dtype=torch.float64
+    ) -> Tensor:
         """A 2-D grid over coordinates ``axes`` with the others fixed at 0: (n, n, 2d).
 
         For d = 1 this is the whole phase plane; for d = 2 it is the paper's Fig. 4 slice.

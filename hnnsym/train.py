@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 import torch
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from hnnsym.artifacts import write_text
@@ -28,7 +28,9 @@ def check_config(cfg: DictConfig) -> None:
     if not t.lr > 0:
         raise UserError(f"train.lr must be > 0, got {t.lr}")
     if t.window % t.segments:
-        raise UserError(f"train.window ({t.window}) must be a multiple of train.segments ({t.segments})")
+        raise UserError(
+            f"train.window ({t.window}) must be a multiple of train.segments ({t.segments})"
+        )
     if cfg.integrator.predictor == "observed" and t.substeps != 1:
         raise UserError("integrator.predictor=observed needs train.substeps=1")
 
@@ -72,7 +74,9 @@ def main(cfg: DictConfig) -> None:
     data_file = Path(cfg.data_file)
     data = read_dataset(data_file, system=system.name, dim=system.dim, splits=("train", "val"))
     obs_dt = float(data.attrs["obs_dt"])
-    train = torch.as_tensor(data.splits["train"].observed[: t.max_train], dtype=dtype, device=device)
+    train = torch.as_tensor(
+        data.splits["train"].observed[: t.max_train], dtype=dtype, device=device
+    )
     val = torch.as_tensor(data.splits["val"].observed[: t.max_val], dtype=dtype, device=device)
     if t.window > train.shape[1] - 1:
         raise UserError(

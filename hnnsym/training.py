@@ -37,7 +37,9 @@ class WindowLoss:
     substeps: int = 1
     segments: int = 1
 
-    def __call__(self, model: nn.Module, windows: Tensor, stats: SolverStats | None = None) -> Tensor:
+    def __call__(
+        self, model: nn.Module, windows: Tensor, stats: SolverStats | None = None
+    ) -> Tensor:
         tau = windows.shape[0] - 1
         if self.segments > 1:
             length = tau // self.segments
@@ -194,7 +196,9 @@ class Trainer:
                 where = f"the last good checkpoint is kept at {self.last_path} (epoch {s.epoch})"
                 if s.epoch == 0:
                     where = "no epoch completed, so no checkpoint was written"
-                what = "training diverged" if isinstance(err, _Diverged) else "the integrator failed"
+                what = (
+                    "training diverged" if isinstance(err, _Diverged) else "the integrator failed"
+                )
                 raise UserError(
                     f"{what}: {err}; {where}; try a smaller train.lr, train.substeps > 1 or a "
                     f"larger integrator.max_iter"
@@ -228,7 +232,9 @@ class _Diverged(RuntimeError):
     pass
 
 
-def provenance(cfg_container: dict, model_cfg: dict, dim: int, system: dict, data_file: Path) -> dict:
+def provenance(
+    cfg_container: dict, model_cfg: dict, dim: int, system: dict, data_file: Path
+) -> dict:
     """What every checkpoint carries about how it was made."""
     return {
         "model_config": model_cfg,

@@ -8,9 +8,9 @@ symplectic Euler on a separable H) the stages are evaluated once, in dependency 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -85,7 +85,9 @@ class FixedPoint:
         """Iterate x <- g(x) until scale * max|Δx| (divided by max|x| if ``relative``) <= tol."""
         tol = self.tolerance(x.dtype)
         residual = float("inf")
-        for it in range(1, self.max_iter + 1):
+        it = 0
+        while it < self.max_iter:
+            it += 1
             x_new = g(x)
             change = (x_new.detach() - x.detach()).abs().max() * scale
             if relative:
@@ -250,7 +252,9 @@ def _evaluation_order(t: Tableau, separable: bool) -> list[tuple[int, str]] | No
         deps |= {(i, "p"): {(j, "q") for j in range(s) if t.a_q[i][j]} for i in range(s)}
     else:
         nodes = [(i, "qp") for i in range(s)]
-        deps = {(i, "qp"): {(j, "qp") for j in range(s) if t.a_q[i][j] or t.a_p[i][j]} for i in range(s)}
+        deps = {
+            (i, "qp"): {(j, "qp") for j in range(s) if t.a_q[i][j] or t.a_p[i][j]} for i in range(s)
+        }
     order: list[tuple[int, str]] = []
     done: set = set()
     while len(order) < len(nodes):
