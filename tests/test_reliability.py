@@ -197,3 +197,23 @@ def test_training_is_deterministic_and_survives_sigkill(tmp):
     for key, value in final_params(tmp / "a").items():
         assert torch.equal(value, final_params(tmp / "c")[key]), key
     assert not list((tmp / "c").rglob("*.tmp"))
+
+
+def test_ctrl_c_stops_cleanly_and_the_run_resumes(tmp):
+    epochs = ["train.epochs=30", "train.early_stop.patience=100"]
+    proc = cli("train", tmp, *TINY_TRAIN, *epochs, wait=False)
+    metrics = tmp / "run" / "metrics.csv"
+    deadline = time.monotonic() + 300
+    while not (metrics.exists() and len(pd.read_csv(metrics)) >= 1):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr.decode()
+    assert "continue with train.resume=true" in stderr.decode()
+    assert "Traceback" not in stderr.decode()
+    saved = torch.load(tmp / "run" / "checkpoints" / "last.pt", weights_only=False)
+    assert saved["epoch"] >= 1
+    resumed = cli("train", tmp, *TINY_TRAIN, *epochs, "train.resume=true")
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(pd.read_csv(metrics)) == 30
