@@ -10,7 +10,7 @@ TORCH := torch==2.13.0
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,sweeps,bench]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -16,10 +16,12 @@ import torch
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, replace: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it into place only if the block succeeds.
 
     A crash or an exception leaves any previous file at ``path`` untouched and no partial file.
+    With ``replace=False`` the file is published with a hard link, which fails atomically with
+    FileExistsError when ``path`` appeared meanwhile (two jobs writing the same file).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -31,7 +33,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
     try:
         yield tmp_path
-        os.replace(tmp_path, path)
+        if replace:
+            os.replace(tmp_path, path)
+        else:
+            os.link(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)
 

@@ -29,9 +29,18 @@ def exits_cleanly(main: Callable) -> Callable:
             if os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("HNNSYM_DEBUG") == "1":
                 raise
             print(f"error: {err}", file=sys.stderr)
+            if _in_multirun():  # let the launcher mark this job failed and run the others
+                raise UserError(str(err)) from None
             sys.exit(2)
 
     return wrapped
+
+
+def _in_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def resolve_device(name: str) -> torch.device:

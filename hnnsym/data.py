@@ -93,7 +93,15 @@ def write_dataset(
     for name, split in splits.items():
         _check_split(name, split, int(attrs["dim"]))
         root[f"n_{name}"] = int(split.observed.shape[0])
-    with atomic_path(path) as tmp:
+    try:
+        _write_h5(path, splits, root, overwrite)
+    except FileExistsError:
+        refuse_overwrite(path, overwrite)  # another job wrote it meanwhile
+        raise
+
+
+def _write_h5(path: Path, splits: dict[str, Split], root: dict, overwrite: bool) -> None:
+    with atomic_path(path, replace=overwrite) as tmp:
         with h5py.File(tmp, "w") as f:
             for key, value in root.items():
                 f.attrs[key] = _encode_attr(key, value)
