@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 
-.PHONY: install test lint format demo bench figure5 clean
+.PHONY: install test lint format demo bench figure5 table1 figures noise-sweep clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,58 @@ demo: install
 	$(PY) -m hnnsym.generate system=henon_heiles experiment=demo
 	$(PY) -m hnnsym.train system=henon_heiles experiment=demo
 	$(PY) -m hnnsym.evaluate system=henon_heiles experiment=demo
+
+# Paper Fig. 5 (steps 4..32) extended to 1024: memory/time/gradient error of every gradient method.
+figure5: install
+	$(PY) -m hnnsym.profile
+
+# Benchmarks: the profile for every Gauss–Legendre order, and the reversible round trip at 1e6 steps.
+bench: install
+	$(PY) -m hnnsym.profile --multirun integrator=implicit_midpoint,gauss_legendre4,gauss_legendre6 'profile.steps=[4,8,16,32,64,128,256]'
+	$(PY) benchmarks/reversible_roundtrip.py
+
+# ---- Table 1 (seed 000) with its baselines, figures, noise sweep --------------------------------
+T1_SYSTEMS := double_well coupled_oscillator henon_heiles
+T1_SEEDS := 0 1 2
+comma := ,
+empty :=
+space := $(empty) $(empty)
+T1_AXES = system=$(subst $(space),$(comma),$(T1_SYSTEMS)) seed=$(subst $(space),$(comma),$(T1_SEEDS))
+T1_METHODS := table1,table1_smoothed,table1_shnn,table1_nssnn,table1_hnn_derivative,table1_node
+NOISE_METHODS := table1,table1_smoothed,table1_shnn,table1_nssnn
+NOISES := none low medium high
+
+define generate_missing
+	for s in $(T1_SYSTEMS); do for n in $(1); do for k in $(T1_SEEDS); do \
+	  test -f data/$$s/$$n/seed$$k.h5 || $(PY) -m hnnsym.generate system=$$s noise=$$n seed=$$k || exit 1; \
+	done; done; done
+endef
+
+table1: install
+	@echo "table1: 6 methods x 3 systems x 3 seeds = 54 runs at the paper's budget (noise 0.01):"
+	@echo "  about 1 h on a busy 2-core machine from scratch (about half of it generating the 9"
+	@echo "  data files); finished runs are kept, so a re-run only redoes evaluation"
+	$(call generate_missing,low)
+	$(PY) -m hnnsym.train -m experiment=$(T1_METHODS) $(T1_AXES) train.resume=auto
+	$(PY) -m hnnsym.evaluate -m experiment=$(T1_METHODS) $(T1_AXES) eval.figures=false
+	$(PY) -m hnnsym.table1 report.runs=outputs/table1
+
+figures: install
+	$(call generate_missing,low)
+	$(PY) -m hnnsym.train -m experiment=table1 system=$(subst $(space),$(comma),$(T1_SYSTEMS)) seed=0 train.resume=auto
+	$(PY) -m hnnsym.evaluate -m experiment=table1 system=$(subst $(space),$(comma),$(T1_SYSTEMS)) seed=0
+	mkdir -p results/figures
+	for s in $(T1_SYSTEMS); do for f in training_data hamiltonian phase_portrait energy; do \
+	  cp outputs/table1/$$s/hnn/implicit_midpoint-symplectic_adjoint/low/seed0/eval/$$f.png \
+	     results/figures/$${s}_$$f.png || exit 1; done; done
+
+noise-sweep: install
+	@echo "noise-sweep: 4 methods x 3 systems x 4 noise levels x 3 seeds = 144 runs: about 2-3 h"
+	@echo "  on a busy 2-core machine (27 more data files); the noise=low runs are table1's"
+	$(call generate_missing,$(NOISES))
+	$(PY) -m hnnsym.train -m experiment=$(NOISE_METHODS) noise=$(subst $(space),$(comma),$(NOISES)) $(T1_AXES) train.resume=auto
+	$(PY) -m hnnsym.evaluate -m experiment=$(NOISE_METHODS) noise=$(subst $(space),$(comma),$(NOISES)) $(T1_AXES) eval.figures=false
+	$(PY) -m hnnsym.table1 report.runs=outputs/table1
 
 clean:
 	rm -rf outputs data/*/ .pytest_cache

@@ -23,6 +23,8 @@ from hnnsym import plots
 from hnnsym.artifacts import now_utc, sha256, versions, write_text
 from hnnsym.cli import UserError, configure, exits_cleanly, resolve_dtype
 from hnnsym.data import Dataset, read_dataset
+from hnnsym.dynamics import has_hamiltonian
+from hnnsym.integrators import integrator_from_config
 from hnnsym.metrics import (
     RolloutMetrics,
     RolloutResult,
@@ -116,9 +118,11 @@ def draw_figures(
     out = Path(cfg.run_dir) / "eval"
     k = min(int(e.plot_trajectories), truth.shape[1])
     per = roll.per_trajectory
-    plots.plot_hamiltonian_slice(system, model, offset, out / "hamiltonian.png", e.slice_points,
-                                 e.chunk, truth.device)  # fmt: skip
-    figures = ["hamiltonian"]
+    figures = []
+    if has_hamiltonian(model):
+        plots.plot_hamiltonian_slice(system, model, offset, out / "hamiltonian.png",
+                                     e.slice_points, e.chunk, truth.device)  # fmt: skip
+        figures.append("hamiltonian")
     if k:
         plots.plot_phase_portraits(truth[:, :k], result.states[:, :k], system.dim,
                                    out / "phase_portrait.png")  # fmt: skip
@@ -192,9 +196,11 @@ def evaluate(cfg: DictConfig) -> dict:
     grid_m = grid_errors(system, model, grid, e.chunk)
 
     # rollout of the learned H from the clean test initial conditions
-    integ = cfg.integrator
-    result = rollout(model, truth[0], obs_dt, steps, integ.name, substeps=substeps, segment=e.segment,
-                     tol=integ.tol, max_iter=integ.max_iter, predictor=integ.predictor)  # fmt: skip
+    try:
+        integ = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
+    except ValueError as err:
+        raise UserError(str(err)) from err
+    result = rollout(model, truth[0], obs_dt, steps, integ, substeps=substeps, segment=e.segment)
     roll = rollout_metrics(result, truth, t, system, model, e.valid_threshold, e.chunk)
 
     # figures, curves, metrics
@@ -206,8 +212,16 @@ def evaluate(cfg: DictConfig) -> dict:
     curves = pd.DataFrame({key: v.detach().cpu().numpy() for key, v in roll.curves.items()})
     curves.insert(0, "step", range(len(curves)))
     write_text(out / "rollout.csv", curves.to_csv(index=False))
+    notes = []
+    if not has_hamiltonian(model):
+        notes.append(
+            f"model {payload['model_config'].get('name')} learns a vector field without a "
+            "Hamiltonian: the H grid errors (h_l1, h_l1_raw, h_l1_rel) and energy_drift_pred are "
+            "null; vf_l1/vf_rel and the rollout metrics are defined"
+        )
     metrics = {
         **grid_m,
+        "notes": notes,
         "grid_points_per_axis": points,
         **roll.summary,
         "rollout_substeps": substeps,
@@ -257,6 +271,7 @@ def summary(m: dict, out: Path) -> str:
         f"  metrics: {out / 'metrics.json'}\n"
         f"  curves:  {out / 'rollout.csv'}\n"
         f"  figures: {out}/{{{figures}}}.png"
+        + "".join(f"\n  note: {note}" for note in m.get("notes", []))
     )
 
 

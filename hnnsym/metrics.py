@@ -31,8 +31,14 @@ import torch
 from torch import Tensor
 
 import hnnsym
-from hnnsym.dynamics import vector_field
-from hnnsym.integrators import ConvergenceError, Integrator, get_integrator
+from hnnsym.dynamics import has_hamiltonian, vector_field
+from hnnsym.integrators import (
+    ConvergenceError,
+    Integrator,
+    ReversibleLeapfrog,
+    TaoSplitting,
+    get_integrator,
+)
 
 Hamiltonian = Callable[[Tensor], Tensor]
 
@@ -41,7 +47,10 @@ Hamiltonian = Callable[[Tensor], Tensor]
 
 
 def energies(H: Hamiltonian, y: Tensor, chunk: int = 65536) -> Tensor:
-    """H(y) for states y (..., 2d) -> (...), in chunks of ``chunk`` states, without a graph."""
+    """H(y) for states y (..., 2d) -> (...), in chunks of ``chunk`` states, without a graph.
+    ValueError for a model without a Hamiltonian (``hnnsym.dynamics.has_hamiltonian``)."""
+    if not has_hamiltonian(H):
+        raise ValueError(f"{type(H).__name__} has no Hamiltonian to evaluate")
     flat = y.reshape(-1, y.shape[-1])
     with torch.no_grad():
         out = torch.cat([H(part) for part in flat.split(chunk)]) if len(flat) else flat[:, 0]
@@ -92,8 +101,12 @@ def vector_field_error(f_true: Tensor, f_pred: Tensor) -> dict[str, float]:
 def grid_errors(
     H_true: Hamiltonian, H_pred: Hamiltonian, grid: Tensor, chunk: int = 65536
 ) -> dict[str, float]:
-    """H and vector-field errors of H_pred against H_true on the states ``grid`` (G, 2d)."""
-    out = hamiltonian_error(energies(H_true, grid, chunk), energies(H_pred, grid, chunk))
+    """H and vector-field errors of H_pred against H_true on the states ``grid`` (G, 2d).
+    For a model without a Hamiltonian (NODE) the H errors are NaN; the vector-field ones stay."""
+    if has_hamiltonian(H_pred):
+        out = hamiltonian_error(energies(H_true, grid, chunk), energies(H_pred, grid, chunk))
+    else:
+        out = dict.fromkeys(("h_l1", "h_l1_raw", "h_l1_rel", "h_offset"), math.nan)
     out |= vector_field_error(
         vector_fields(H_true, grid, chunk), vector_fields(H_pred, grid, chunk)
     )
@@ -140,7 +153,7 @@ def rollout(
     y0: Tensor,
     dt: float,
     steps: int,
-    integrator: str | Integrator = "implicit_midpoint",
+    integrator: str | Integrator | ReversibleLeapfrog | TaoSplitting = "implicit_midpoint",
     *,
     substeps: int = 1,
     segment: int = 100,
@@ -281,8 +294,8 @@ def rollout_metrics(
 
     Energy drifts are |E(y_n) - E(y_0)| along a path: the true H along the predicted path
     (``energy_drift_true``), H_pred along its own path (``energy_drift_pred``: how well the
-    integrator conserves the learned H) and the true H along the clean data
-    (``energy_drift_data``: the ground truth's accuracy). Errors and drifts are averaged over the
+    integrator conserves the learned H; NaN for a model without H) and the true H along the clean
+    data (``energy_drift_data``: the ground truth's accuracy). Errors and drifts are averaged over the
     states before each trajectory's failure; the relative error counts 1 after it.
     """
     pred = result.states
@@ -311,7 +324,11 @@ def rollout_metrics(
     l2 = (pred - truth).norm(dim=-1)
     rel = relative_error(pred, truth).where(valid, 1.0)
     e_true = energies(H_true, pred, chunk)
-    e_pred = energies(H_pred, pred, chunk)
+    e_pred = (
+        energies(H_pred, pred, chunk)
+        if has_hamiltonian(H_pred)
+        else torch.full_like(e_true, math.nan)
+    )
     e_data = energies(H_true, truth, chunk)
     drift_true = (e_true - e_true[0]).abs()
     drift_pred = (e_pred - e_pred[0]).abs()

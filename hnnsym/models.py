@@ -1,4 +1,9 @@
-"""Learned Hamiltonians: nn.Modules mapping states (B, 2d) -> energies (B,)."""
+"""Learned Hamiltonians: nn.Modules mapping states (B, 2d) -> energies (B,).
+
+``NODE`` is the exception: an unstructured vector field (B, 2d) -> (B, 2d) with no H, for
+comparison (``has_hamiltonian = False``; ``hnnsym.dynamics.vector_field`` calls its own
+``vector_field``).
+"""
 
 from __future__ import annotations
 
@@ -15,8 +20,10 @@ class Sin(nn.Module):
         return torch.sin(x)
 
 
-def mlp(n_in: int, hidden: Sequence[int], activation: str = "tanh") -> nn.Sequential:
-    """n_in -> hidden... -> 1, smooth activation (H must be twice differentiable)."""
+def mlp(
+    n_in: int, hidden: Sequence[int], activation: str = "tanh", n_out: int = 1
+) -> nn.Sequential:
+    """n_in -> hidden... -> n_out, smooth activation (H must be twice differentiable)."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
     layers: list[nn.Module] = []
@@ -24,7 +31,7 @@ def mlp(n_in: int, hidden: Sequence[int], activation: str = "tanh") -> nn.Sequen
     for h in hidden:
         layers += [nn.Linear(width, h), Sin() if activation == "sin" else ACTIVATIONS[activation]()]
         width = h
-    layers.append(nn.Linear(width, 1))
+    layers.append(nn.Linear(width, n_out))
     return nn.Sequential(*layers)
 
 
@@ -81,7 +88,33 @@ class SeparableHNN(nn.Module):
         return self.kinetic(y[..., self.dim :]) + self.potential(y[..., : self.dim])
 
 
-MODELS = {"hnn": HNN, "separable_hnn": SeparableHNN}
+class NODE(nn.Module):
+    """An unstructured vector field f_θ(y) = MLP(y), 2d -> hidden -> 2d: a neural ODE, no H.
+
+    ``forward`` and ``vector_field`` both return f_θ(y) (B, 2d); integrators step it like any other
+    field, but it conserves nothing and has no energy to compare on a grid.
+    """
+
+    separable = False
+    has_hamiltonian = False
+
+    def __init__(self, dim: int, hidden: Sequence[int] = (16, 32, 16), activation: str = "tanh"):
+        super().__init__()
+        self.dim = dim
+        self.net = mlp(2 * dim, hidden, activation, n_out=2 * dim)
+
+    def forward(self, y: Tensor) -> Tensor:
+        return self.net(y)
+
+    def vector_field(self, y: Tensor) -> Tensor:
+        return self.net(y)
+
+
+MODELS = {"hnn": HNN, "separable_hnn": SeparableHNN, "node": NODE}
+# Keys of a model config group that are not constructor arguments: ``name`` labels the method
+# (runs are filed under it), ``arch`` picks the class in MODELS (default: ``name``), ``loss`` the
+# training loss (hnnsym.losses).
+NON_ARCH_KEYS = ("name", "arch", "loss")
 
 
 def build_model(name: str, dim: int, **kwargs) -> nn.Module:
@@ -91,11 +124,13 @@ def build_model(name: str, dim: int, **kwargs) -> nn.Module:
 
 
 def model_from_config(model_cfg: dict, dim: int) -> nn.Module:
-    """Build from a config group dict such as {"name": "hnn", "hidden": [16, 32, 16], ...}."""
-    kwargs = {k: v for k, v in dict(model_cfg).items() if k != "name"}
+    """Build from a config group dict such as {"name": "hnn", "hidden": [16, 32, 16], ...};
+    {"name": "shnn", "arch": "hnn", "loss": ..., ...} builds an HNN (see NON_ARCH_KEYS)."""
+    model_cfg = dict(model_cfg)
+    kwargs = {k: v for k, v in model_cfg.items() if k not in NON_ARCH_KEYS}
     if "hidden" in kwargs:
         kwargs["hidden"] = tuple(kwargs["hidden"])
-    return build_model(model_cfg["name"], dim, **kwargs)
+    return build_model(model_cfg.get("arch") or model_cfg["name"], dim, **kwargs)
 
 
 def model_from_checkpoint(payload: dict) -> nn.Module:

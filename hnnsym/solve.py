@@ -14,6 +14,7 @@ from hnnsym.integrators import (
     ReversibleLeapfrog,
     SolverStats,
     Tableau,
+    TaoSplitting,
     get_integrator,
 )
 
@@ -23,7 +24,11 @@ def integrate(
     y0: Tensor,
     h: float,
     steps: int,
-    integrator: str | Integrator | Tableau | ReversibleLeapfrog = "implicit_midpoint",
+    integrator: str
+    | Integrator
+    | Tableau
+    | ReversibleLeapfrog
+    | TaoSplitting = "implicit_midpoint",
     gradient: str | GradientMethod = "symplectic_adjoint",
     *,
     tol: float | None = None,
@@ -60,7 +65,7 @@ def integrate(
     integ = get_integrator(integrator, tol, max_iter, predictor, on_fail)
     method = get_gradient(gradient)
     rollout = Rollout(H, integ, float(h), int(steps), guess, stats)
-    if isinstance(integ, ReversibleLeapfrog):  # integer state: not a tableau on the stage solver
-        return integ.integrate(rollout, y0, method)
+    if not isinstance(integ, Integrator):  # reversible_leapfrog, tao: not tableaux on the stage
+        return integ.integrate(rollout, y0, method)  # solver; they check the gradient method
     method.check(rollout)
     return method.integrate(rollout, y0)

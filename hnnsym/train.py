@@ -15,9 +15,10 @@ from hnnsym.cli import UserError, configure, exits_cleanly, resolve_dtype
 from hnnsym.data import random_windows, read_dataset
 from hnnsym.gradients import get_gradient
 from hnnsym.integrators import integrator_from_config
+from hnnsym.losses import LossContext, build_loss
 from hnnsym.models import model_from_config
 from hnnsym.systems import get_system
-from hnnsym.training import Trainer, WindowLoss, provenance
+from hnnsym.training import Trainer, provenance
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -35,9 +36,15 @@ def check_config(cfg: DictConfig) -> None:
         raise UserError("integrator.predictor=observed needs train.substeps=1")
 
 
-def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> Path | None:
-    """The checkpoint to resume from, or None for a fresh run; refuses to clobber a run."""
+def prepare_run_dir(run_dir: Path, resume: bool | str, overwrite: bool) -> Path | None:
+    """The checkpoint to resume from, or None for a fresh run; refuses to clobber a run.
+    ``resume="auto"``: resume when there is a checkpoint (a finished run stays as it is), else
+    start fresh — what sweeps that may be re-run want."""
     last = run_dir / "checkpoints" / "last.pt"
+    if resume == "auto":
+        resume = last.exists()
+    elif not isinstance(resume, bool):
+        raise UserError(f"train.resume must be true, false or auto, got {resume!r}")
     if resume:
         if not last.exists():
             raise UserError(f"train.resume=true but there is no checkpoint at {last}")
@@ -59,7 +66,8 @@ def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> Path | None
 
 def load_checkpoint(path: Path, device: torch.device) -> dict:
     try:
-        return torch.load(path, map_location=device, weights_only=False)
+        # on the CPU: RNG states must stay CPU ByteTensors; load_state_dict moves the rest
+        return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as err:  # truncated or foreign files raise many kinds
         raise UserError(f"cannot read checkpoint {path} ({type(err).__name__}: {err})") from err
 
@@ -100,10 +108,15 @@ def main(cfg: DictConfig) -> None:
     try:
         integrator = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
         gradient = get_gradient(cfg.gradient.name)
+        context = LossContext(integrator, gradient, obs_dt, int(t.substeps), int(t.segments),
+                              t.get("init", "observed"), int(t.get("init_iterations", 1)))  # fmt: skip
+        loss = build_loss(cfg.model.get("loss", "rollout"), context)
     except ValueError as err:
         raise UserError(str(err)) from err
-    loss = WindowLoss(integrator, gradient, obs_dt / t.substeps, t.substeps,
-                      t.segments)  # fmt: skip
+    if t.window < getattr(loss, "min_window", 1):
+        raise UserError(
+            f"loss {cfg.model.get('loss')} needs train.window >= {loss.min_window}, got {t.window}"
+        )
     container = OmegaConf.to_container(cfg, resolve=True)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     system_info = {"name": system.name, "params": dict(system.params)}

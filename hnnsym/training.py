@@ -1,9 +1,7 @@
-"""Training H_θ through the integrator on windows of observations (seed 000), with resume.
+"""Training on windows of observations (seed 000), with resume: the epoch loop and checkpoints.
 
-Loss of one window of τ+1 observations y_0..y_τ (seed 000, eq. 16), averaged over the batch:
-    L = Σ_{t=1..τ} ||ŷ_t − y_t||²,   ŷ = integrate(H_θ, y_0, h, τ·substeps)[::substeps].
-With ``segments`` = S > 1 the window is cut into S pieces of τ/S steps, each started from its own
-observed state (multiple shooting without free initial states).
+The losses (seed 000's rollout loss ``WindowLoss`` and the baselines' ones) are in
+``hnnsym.losses``; the trainer is the same for all of them.
 """
 
 from __future__ import annotations
@@ -22,40 +20,8 @@ from tqdm import tqdm
 from hnnsym.artifacts import atomic_path, now_utc, save_checkpoint, sha256, versions
 from hnnsym.cli import UserError
 from hnnsym.data import random_windows
-from hnnsym.gradients import GradientMethod
-from hnnsym.integrators import ConvergenceError, Integrator, SolverStats
-from hnnsym.solve import integrate
-
-
-@dataclass
-class WindowLoss:
-    """The training loss of seed 000 over windows (τ+1, B, 2d) of observations."""
-
-    integrator: Integrator
-    gradient: GradientMethod | str
-    h: float
-    substeps: int = 1
-    segments: int = 1
-
-    def __call__(
-        self, model: nn.Module, windows: Tensor, stats: SolverStats | None = None
-    ) -> Tensor:
-        tau = windows.shape[0] - 1
-        if self.segments > 1:
-            length = tau // self.segments
-            windows = torch.cat(
-                [windows[k * length : (k + 1) * length + 1] for k in range(self.segments)], dim=1
-            )
-            tau = length
-        guess = None
-        if getattr(self.integrator, "predictor", None) == "observed" and self.substeps == 1:
-            guess = windows
-        traj = integrate(
-            model, windows[0], self.h, tau * self.substeps, self.integrator, self.gradient,
-            guess=guess, stats=stats,
-        )  # fmt: skip
-        pred = traj[:: self.substeps]
-        return ((pred[1:] - windows[1:]) ** 2).sum(dim=(0, 2)).mean()
+from hnnsym.integrators import ConvergenceError, SolverStats
+from hnnsym.losses import Loss, WindowLoss  # noqa: F401 (WindowLoss lived here: re-exported)
 
 
 @dataclass
@@ -79,7 +45,7 @@ class Trainer:
     def __init__(
         self,
         model: nn.Module,
-        loss: WindowLoss,
+        loss: Loss,
         train: Tensor,
         val_windows: Tensor,
         cfg: Any,

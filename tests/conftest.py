@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
@@ -14,6 +15,16 @@ import hnnsym
 from hnnsym.data import Split, write_dataset
 
 REPO = Path(hnnsym.__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """The networks here are tiny: extra intra-op threads only contend (measured up to 30x slower
+    with 2 threads on 2 busy cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

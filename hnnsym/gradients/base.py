@@ -68,3 +68,41 @@ class GradientMethod:
 
     def integrate(self, rollout: Rollout, y0: Tensor) -> Tensor:
         raise NotImplementedError
+
+
+class StepwiseAdjoint(GradientMethod):
+    """Forward without a graph, keeping only the N+1 states; backward one step at a time:
+    for n = N-1 ... 0, ``step_vjp`` turns λ = dL/dy_{n+1} into dL/dy_n and step n's dL/dθ, and the
+    loss's own jump ∂L/∂y_n is added. Memory: the states plus one step's graph."""
+
+    def integrate(self, rollout: Rollout, y0: Tensor) -> Tensor:
+        return _StepwiseFunction.apply(self, rollout, y0, *rollout.params())
+
+    def step_vjp(
+        self, rollout: Rollout, y: Tensor, y_next: Tensor, lam: Tensor, params: list[Tensor], n: int
+    ) -> tuple[Tensor, list[Tensor | None]]:
+        raise NotImplementedError
+
+
+class _StepwiseFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, method: StepwiseAdjoint, rollout: Rollout, y0: Tensor, *params: Tensor):
+        with torch.no_grad():
+            traj = rollout.forward(y0.detach())
+        ctx.method, ctx.rollout = method, rollout
+        ctx.save_for_backward(traj, *params)
+        return traj
+
+    @staticmethod
+    def backward(ctx, grad_traj: Tensor):
+        traj, *params = ctx.saved_tensors
+        method, rollout = ctx.method, ctx.rollout
+        grad_params: list[Tensor | None] = [None] * len(params)
+        lam = grad_traj[-1]
+        for n in reversed(range(rollout.steps)):
+            lam, step_grads = method.step_vjp(rollout, traj[n], traj[n + 1], lam, params, n)
+            lam = lam + grad_traj[n]
+            for i, g in enumerate(step_grads):
+                if g is not None:
+                    grad_params[i] = g if grad_params[i] is None else grad_params[i] + g
+        return (None, None, lam, *grad_params)

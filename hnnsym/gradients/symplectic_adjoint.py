@@ -22,67 +22,56 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hnnsym.gradients.base import GradientMethod, Rollout
+from hnnsym.gradients.base import Rollout, StepwiseAdjoint
 from hnnsym.integrators import FixedPoint
 
 
-class SymplecticAdjoint(GradientMethod):
+class SymplecticAdjoint(StepwiseAdjoint):
     name = "symplectic_adjoint"
 
     def __init__(self, adjoint_solver: FixedPoint | None = None):
         self.adjoint_solver = adjoint_solver
-
-    def integrate(self, rollout: Rollout, y0: Tensor) -> Tensor:
-        params = rollout.params()
-        return _SymplecticAdjointFunction.apply(self, rollout, y0, *params)
 
     def step_vjp(
         self, rollout: Rollout, y: Tensor, y_next: Tensor, lam: Tensor, params: list[Tensor], n: int
     ) -> tuple[Tensor, list[Tensor | None]]:
         """(dL/dy_n, dL/dθ contribution of step n) given λ = dL/dy_{n+1}."""
         integ, h, n_q = rollout.integrator, rollout.h, y.shape[-1] // 2
+        tab = integ.tableau
         with torch.no_grad():
-            K = integ.solve_stages(
-                rollout.f, y, h, n_q, rollout.separable, guess=y_next, stats=rollout.stats,
-                where=f"at step {n} (recomputed in backward)",
-            )  # fmt: skip
+            if tab.stages == 1 and tab.b_q == tab.b_p == (1.0,):
+                K = ((y_next - y) / h).unsqueeze(0)  # y_{n+1} = y_n + h K: midpoint, sympl. Euler
+            else:
+                K = integ.solve_stages(
+                    rollout.f, y, h, n_q, rollout.separable, guess=y_next, stats=rollout.stats,
+                    where=f"at step {n} (recomputed in backward)",
+                )  # fmt: skip
+            Y = integ.stage_states(y, K, h, n_q)
+        s, B, dim = Y.shape
+        a_q, _, a_p, _ = tab.coefficients(y.dtype, y.device)
+        g = h * integ.weights(y, n_q) * lam.unsqueeze(0)
         solver = self.adjoint_solver or integ.solver
         with torch.enable_grad():
-            y_ = y.detach().requires_grad_(True)
-            K_ = K.detach().requires_grad_(True)
-            F = integ.stage_equations(lambda Y: rollout.f(Y, create_graph=True), y_, K_, h, n_q)
-            g = h * integ.weights(y, n_q) * lam.unsqueeze(0)
+            # F_i = f(Y_i) with Y_i = y + h Σ_j a_ij K_j: the graph is f's alone, at the stages.
+            Y_ = Y.reshape(s * B, dim).detach().requires_grad_(True)
+            F = rollout.f(Y_, create_graph=True)
 
             def adjoint_map(mu: Tensor) -> Tensor:
-                (vjp,) = torch.autograd.grad(F, K_, mu, retain_graph=True, allow_unused=True)
-                return g if vjp is None else g + vjp
+                """g + (∂F/∂K)ᵀ μ = g + h Aᵀ (Df(Y)ᵀ μ), with a_q on q and a_p on p."""
+                (v,) = torch.autograd.grad(F, Y_, mu.reshape(s * B, dim), retain_graph=True)
+                v = v.reshape(s, B, dim)
+                return g + h * torch.cat(
+                    [
+                        torch.einsum("ij,ibn->jbn", a_q, v[..., :n_q]),
+                        torch.einsum("ij,ibn->jbn", a_p, v[..., n_q:]),
+                    ],
+                    dim=-1,
+                )
 
             mu = solver.iterate(
-                adjoint_map, g, 1.0, rollout.stats, f"in the adjoint of step {n}", relative=True
-            )
-            grads = torch.autograd.grad(F, [y_, *params], mu, allow_unused=True)
-        return lam + grads[0], list(grads[1:])
-
-
-class _SymplecticAdjointFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, method: SymplecticAdjoint, rollout: Rollout, y0: Tensor, *params: Tensor):
-        with torch.no_grad():
-            traj = rollout.forward(y0.detach())
-        ctx.method, ctx.rollout = method, rollout
-        ctx.save_for_backward(traj, *params)
-        return traj
-
-    @staticmethod
-    def backward(ctx, grad_traj: Tensor):
-        traj, *params = ctx.saved_tensors
-        method, rollout = ctx.method, ctx.rollout
-        grad_params: list[Tensor | None] = [None] * len(params)
-        lam = grad_traj[-1]
-        for n in reversed(range(rollout.steps)):
-            lam, gp = method.step_vjp(rollout, traj[n], traj[n + 1], lam, params, n)
-            lam = lam + grad_traj[n]
-            for i, g in enumerate(gp):
-                if g is not None:
-                    grad_params[i] = g if grad_params[i] is None else grad_params[i] + g
-        return (None, None, lam, *grad_params)
+                adjoint_map, g, 1.0, rollout.stats, f"in the adjoint of step {n}", relative=True,
+                x_from_zero=True,
+            )  # fmt: skip
+            grads = torch.autograd.grad(F, [Y_, *params], mu.reshape(s * B, dim), allow_unused=True)
+        # (∂F/∂y)ᵀ μ = Σ_i Df(Y_i)ᵀ μ_i
+        return lam + grads[0].reshape(s, B, dim).sum(0), list(grads[1:])

@@ -1,4 +1,5 @@
-"""Integrators: tableaux (data) over one stage solver."""
+"""Integrators: tableaux (data) over one stage solver; explicit splittings (tao) and the
+reversible fixed-point leapfrog as their own classes."""
 
 from hnnsym.integrators.reversible import (
     FixedPointOverflowError,
@@ -15,6 +16,7 @@ from hnnsym.integrators.stage_solver import (
     integrator_from_config,
 )
 from hnnsym.integrators.tableaux import TABLEAUX, Tableau
+from hnnsym.integrators.tao import TaoSplitting
 
 __all__ = [
     "TABLEAUX",
@@ -27,6 +29,7 @@ __all__ = [
     "Separable",
     "SolverStats",
     "Tableau",
+    "TaoSplitting",
     "get_integrator",
     "integrator_from_config",
 ]

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from hnnsym.integrators.reversible import ReversibleLeapfrog
 from hnnsym.integrators.tableaux import TABLEAUX, Tableau
+from hnnsym.integrators.tao import TaoSplitting
 
 Field = Callable[[Tensor], Tensor]
 PREDICTORS = ("rk2", "euler", "observed")
@@ -81,10 +82,20 @@ class FixedPoint:
         stats: SolverStats | None = None,
         where: str = "",
         relative: bool = False,
+        x_from_zero: bool = False,
     ) -> Tensor:
-        """Iterate x <- g(x) until scale * max|Δx| (divided by max|x| if ``relative``) <= tol."""
+        """Iterate x <- g(x) until scale * max|Δx| (divided by max|x| if ``relative``) <= tol.
+
+        ``x_from_zero``: x is itself g(0) (a linear map's iteration started from zero), so its
+        size is the first change; the distance to the fixed point is then estimated from the
+        contraction θ = |Δx_k| / |Δx_{k-1}| as θ/(1-θ) |Δx_k| (Hairer & Wanner, IV.8), which can
+        stop an iteration earlier than |Δx_k| alone.
+        """
         tol = self.tolerance(x.dtype)
         residual = float("inf")
+        previous = float(x.detach().abs().max() * scale) if x_from_zero else None
+        if previous is not None and relative:
+            previous = 1.0
         it = 0
         while it < self.max_iter:
             it += 1
@@ -93,6 +104,10 @@ class FixedPoint:
             if relative:
                 change = change / (x_new.detach().abs().max() * scale).clamp_min(1e-300)
             residual = float(change)
+            if previous is not None and 0 < previous and residual < previous:
+                theta = residual / previous
+                residual = min(residual, theta / (1 - theta) * residual)
+            previous = float(change) if x_from_zero else None
             x = x_new
             if not residual > tol:  # also stops on NaN, reported below
                 break
@@ -266,36 +281,54 @@ def _evaluation_order(t: Tableau, separable: bool) -> list[tuple[int, str]] | No
     return order
 
 
+# Integrators that are not tableaux on the stage solver: name -> (class, the options it is built
+# with); they step through their own ``integrate(rollout, y0, method)`` (see hnnsym.solve).
+SPECIAL: dict[str, tuple[type, tuple[str, ...]]] = {
+    ReversibleLeapfrog.name: (ReversibleLeapfrog, ("frac_bits", "rounding")),
+    TaoSplitting.name: (TaoSplitting, ("omega",)),
+}
+
+
 def get_integrator(
-    integrator: "str | Integrator | Tableau",
+    integrator: "str | Integrator | Tableau | ReversibleLeapfrog | TaoSplitting",
     tol: float | None = None,
     max_iter: int = 50,
     predictor: str = "rk2",
     on_fail: str = "raise",
-    **fixed_point,
-) -> "Integrator | ReversibleLeapfrog":
-    """An Integrator from a name in TABLEAUX, a Tableau, or an Integrator (returned as is);
-    "reversible_leapfrog" (or a ReversibleLeapfrog) gives the fixed-point integrator, built with
-    ``fixed_point`` (frac_bits, rounding); it has no stage solver, so the other options are unused."""
-    if isinstance(integrator, (Integrator, ReversibleLeapfrog)):
+    **options,
+) -> "Integrator | ReversibleLeapfrog | TaoSplitting":
+    """An Integrator from a name in TABLEAUX, a Tableau, or an Integrator (returned as is).
+    The names in SPECIAL give their own integrators, built with ``options`` ("reversible_leapfrog":
+    frac_bits, rounding; "tao": omega); they have no stage solver, so the other arguments are
+    unused. Instances of them are returned as is."""
+    if isinstance(integrator, (Integrator, *(cls for cls, _ in SPECIAL.values()))):
         return integrator
-    if integrator == ReversibleLeapfrog.name:
-        return ReversibleLeapfrog(**fixed_point)
-    if fixed_point:
-        raise ValueError(f"options {sorted(fixed_point)} apply to reversible_leapfrog only")
+    if isinstance(integrator, str) and integrator in SPECIAL:
+        cls, known = SPECIAL[integrator]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ValueError(f"options {unknown} do not apply to {integrator}")
+        return cls(**options)
+    if options:
+        owners = [n for n, (_, known) in SPECIAL.items() if set(options) <= set(known)]
+        raise ValueError(
+            f"options {sorted(options)} apply to {' or '.join(owners) or 'no integrator'} only"
+        )
     if isinstance(integrator, str):
         if integrator not in TABLEAUX:
             raise ValueError(
-                f"unknown integrator {integrator!r}; choose one of "
-                f"{sorted([*TABLEAUX, ReversibleLeapfrog.name])}"
+                f"unknown integrator {integrator!r}; choose one of {sorted([*TABLEAUX, *SPECIAL])}"
             )
         integrator = TABLEAUX[integrator]
     return Integrator(integrator, FixedPoint(tol, max_iter, on_fail), predictor)
 
 
-def integrator_from_config(node: Mapping[str, Any]) -> "Integrator | ReversibleLeapfrog":
-    """An integrator from a config group node: ``name`` plus that integrator's options."""
+def integrator_from_config(
+    node: Mapping[str, Any],
+) -> "Integrator | ReversibleLeapfrog | TaoSplitting":
+    """An integrator from a config group node: ``name`` plus that integrator's options (the
+    integrators in SPECIAL take only their own keys; the stage-solver keys are ignored for them)."""
     options = {k: v for k, v in node.items() if k != "name"}
-    if node["name"] == ReversibleLeapfrog.name:
-        options = {k: v for k, v in options.items() if k in ("frac_bits", "rounding")}
+    if node["name"] in SPECIAL:
+        options = {k: v for k, v in options.items() if k in SPECIAL[node["name"]][1]}
     return get_integrator(node["name"], **options)

@@ -12,6 +12,7 @@ A plain RK method has a_q = a_p and b_q = b_p. Every method below runs on the on
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -41,12 +42,8 @@ class Tableau:
         return self.a_q != self.a_p or self.b_q != self.b_p
 
     def coefficients(self, dtype: torch.dtype, device: torch.device | str | None = None):
-        """(a_q, b_q, a_p, b_p) as tensors: (s, s), (s,), (s, s), (s,)."""
-
-        def t(x):
-            return torch.tensor(x, dtype=dtype, device=device)
-
-        return t(self.a_q), t(self.b_q), t(self.a_p), t(self.b_p)
+        """(a_q, b_q, a_p, b_p) as tensors: (s, s), (s,), (s, s), (s,) (cached: read-only)."""
+        return _coefficients(self, dtype, torch.device(device or "cpu"))
 
     def symplectic_partner(self) -> "Tableau":
         """The partner tableau A*_ij = b_j (1 - a_ji / b_i) (seed 001, eq. 27) of a plain RK method.
@@ -65,6 +62,14 @@ class Tableau:
             f"{self.name}_partner", partner, b, partner, b, self.order, self.symplectic,
             self.symmetric,
         )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=256)
+def _coefficients(tableau: Tableau, dtype: torch.dtype, device: torch.device):
+    def t(x):
+        return torch.tensor(x, dtype=dtype, device=device)
+
+    return t(tableau.a_q), t(tableau.b_q), t(tableau.a_p), t(tableau.b_p)
 
 
 def _rk(name, a, b, order, symplectic, symmetric, description) -> Tableau:

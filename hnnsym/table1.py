@@ -1,0 +1,313 @@
+"""python -m hnnsym.table1 — seed 000's Table 1 from our runs, with the paper's numbers beside ours.
+
+    python -m hnnsym.table1 report.runs=outputs/table1      ->  results/table1.{csv,md,tex}
+                                                             (+ results/noise_sweep.{csv,md,png}
+                                                              when the runs span noise levels)
+
+Reads the runs like ``python -m hnnsym.report`` (``hnnsym.reporting``: each run dir's config.yaml,
+metrics.csv, eval/metrics.json; same config, ``conf/report.yaml``: report.runs, report.out_dir,
+report.ignore, report.digits) and groups them by system and *method*: the model, with the training
+improvement ``train.init=smoothed`` as a method of its own. Any other config key that varies
+within a method becomes a column too (the table never mixes configurations silently). Cells are
+mean ± sample std over the seeds of a group (n).
+
+Columns: the paper's two, the H error ``h_l1`` (mean |H_true − H_pred − c| on the evaluation grid)
+and the runtime until validation saturation ``time_to_best`` (training wall time until the epoch
+of least validation loss, from metrics.csv), each with the paper's published value; then ours:
+the rollout error ``traj_mse``, the true-energy drift ``energy_drift_true_max`` and the valid
+prediction time ``vpt_mean`` on the test trajectories. The paper's runtimes are from other
+hardware and code, so only their ratios between methods compare.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import hydra
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from omegaconf import DictConfig, OmegaConf
+
+from hnnsym.artifacts import atomic_path, write_text
+from hnnsym.cli import UserError, exits_cleanly
+from hnnsym.reporting import IDENTITY_KEYS, aggregate, display_name, formatted, load_runs
+
+SYSTEMS = ("double_well", "coupled_oscillator", "henon_heiles")
+# method label -> model name (config group `model`); "This work" with train.init=smoothed is ours
+# with the initial-state improvement (hnnsym.losses).
+METHODS = {
+    "This work": "hnn",
+    "This work, smoothed y0": "hnn",
+    "SHNN": "shnn",
+    "NSSNN": "nssnn",
+    "HNN (derivative)": "hnn_derivative",
+    "NODE": "node",
+}
+# Seed 000, Table 1: (H error, runtime in s until validation loss saturation) per method, system.
+PAPER: dict[tuple[str, str], tuple[float, float]] = {
+    ("This work", "double_well"): (0.00035, 100.16),
+    ("This work", "coupled_oscillator"): (0.74799, 100.11),
+    ("This work", "henon_heiles"): (0.02078, 112.18),
+    ("SHNN", "double_well"): (0.40925, 81.77),
+    ("SHNN", "coupled_oscillator"): (0.76570, 82.61),
+    ("SHNN", "henon_heiles"): (0.07238, 96.59),
+    ("NSSNN", "double_well"): (0.04303, 101.17),
+    ("NSSNN", "coupled_oscillator"): (1.27298, 103.31),
+    ("NSSNN", "henon_heiles"): (0.078556, 105.11),
+}
+# metric key -> column header; "paper_*" columns hold the published values.
+COLUMNS = {
+    "h_l1": "H error",
+    "paper_h_l1": "H error (paper)",
+    "time_to_best": "runtime s",
+    "paper_runtime": "runtime s (paper)",
+    "traj_mse": "rollout MSE",
+    "energy_drift_true_max": "energy drift",
+    "vpt_mean": "valid time",
+}
+OURS = ("h_l1", "time_to_best", "traj_mse", "energy_drift_true_max", "vpt_mean")
+PAPER_NOISE = "low"  # the noise group of the paper's setting (std 0.01)
+NOISE_METRICS = ("h_l1", "h_l1_rel", "vf_rel", "traj_mse", "vpt_mean")
+
+
+def method_label(model: str, init: object = None) -> str:
+    """The Table 1 method of a run from its model name and train.init (missing: observed)."""
+    if model == "hnn":
+        return "This work, smoothed y0" if init == "smoothed" else "This work"
+    names = {m: label for label, m in METHODS.items() if m != "hnn"}
+    return names.get(model, model)
+
+
+def with_methods(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs (one row per run, flattened config as reporting.load_runs gives them) with a
+    ``method`` column."""
+    init = runs["train.init"] if "train.init" in runs else pd.Series(None, index=runs.index)
+    out = runs.copy()
+    out["method"] = [method_label(m, i) for m, i in zip(runs["model.name"], init)]
+    return out
+
+
+def extra_keys(runs: pd.DataFrame, config_keys: Iterable[str], ignore: Iterable[str]) -> list[str]:
+    """Config keys that vary within a (system, method) group, bookkeeping keys and ``ignore``
+    (dotted prefixes cover their keys) left out."""
+    ignore = set(ignore) | set(IDENTITY_KEYS) | {"system.name", "model.name", "train.init", "noise"}
+
+    def ignored(key: str) -> bool:
+        parts = key.split(".")
+        return any(".".join(parts[:i]) in ignore for i in range(1, len(parts) + 1))
+
+    groups = [runs["system.name"], runs["method"]]
+    return [
+        k for k in config_keys
+        if k in runs and not ignored(k)
+        and runs[k].astype(str).groupby(groups).nunique().max() > 1
+    ]  # fmt: skip
+
+
+def table1(runs: pd.DataFrame, keys: Sequence[str] = ()) -> pd.DataFrame:
+    """The aggregated table: one row per (system, method, *keys) of ``runs`` (with_methods rows of
+    complete runs) and per published (system, method) of the paper, in the paper's order; columns
+    system, method, the keys (display names), n, seeds, and ``<metric>_mean``/``_std`` for OURS
+    and the paper's ``paper_h_l1``/``paper_runtime`` (std NaN)."""
+    paper = pd.DataFrame(
+        [
+            {"system": s, "method": m, "paper_h_l1_mean": e, "paper_h_l1_std": math.nan,
+             "paper_runtime_mean": r, "paper_runtime_std": math.nan}
+            for (m, s), (e, r) in PAPER.items()
+        ]
+    )  # fmt: skip
+    if len(runs):
+        agg = aggregate(runs, ["system.name", "method", *keys], OURS)
+        table = agg.merge(paper, on=["system", "method"], how="outer")
+    else:
+        table = paper.assign(n=0, seeds="")
+    table["n"] = table["n"].fillna(0).astype(int)
+    table["seeds"] = table["seeds"].fillna("")
+    for metric in OURS:
+        for stat in ("mean", "std"):
+            if f"{metric}_{stat}" not in table:
+                table[f"{metric}_{stat}"] = math.nan
+    systems = {name: i for i, name in enumerate(SYSTEMS)}
+    methods = {name: i for i, name in enumerate(METHODS)}
+    table = table.sort_values(
+        ["system", "method"],
+        key=lambda col: col.map(systems if col.name == "system" else methods).fillna(len(methods)),
+        kind="stable",
+    )
+    stats = [f"{m}_{s}" for m in COLUMNS for s in ("mean", "std")]
+    labels = ["system", "method", *(display_name(k) for k in keys), "n", "seeds"]
+    return table[labels + stats].reset_index(drop=True)
+
+
+def display(table: pd.DataFrame, digits: int, pm: str = "±") -> pd.DataFrame:
+    """The table as text with the COLUMNS headers: ``mean ± std`` for ours (reporting.formatted),
+    the paper's values as published, '-' where there is no value."""
+    renamed = table.drop(columns="seeds").rename(
+        columns={f"{m}_{s}": f"{h}_{s}" for m, h in COLUMNS.items() for s in ("mean", "std")}
+    )
+    shown = formatted(renamed, list(COLUMNS.values()), digits, pm=pm)
+    for key in ("paper_h_l1", "paper_runtime"):
+        shown[COLUMNS[key]] = [
+            "-" if not math.isfinite(v) else f"{v:.10g}" for v in table[f"{key}_mean"]
+        ]
+    return shown
+
+
+def markdown(table: pd.DataFrame, digits: int, notes: Sequence[str] = ()) -> str:
+    body = display(table, digits).to_markdown(index=False)
+    listed = "\n".join(f"- {n}" for n in notes) or "- none"
+    return (
+        "# Table 1 (seed 000) reproduced\n\n"
+        "H error: mean |H_true − H_pred − c| on the evaluation grid (c = mean offset); runtime: "
+        "training wall time until the epoch of least validation loss (the paper's runtimes are "
+        "from its own hardware). Ours: mean ± sample std over n seeds; rollout MSE, energy drift "
+        "(max |H_true(ŷ_t) − H_true(ŷ_0)|) and valid time (first t with relative error > 0.1) on "
+        "the test trajectories. NODE has no H: its H error is undefined (-).\n\n"
+        f"{body}\n\n## Notes\n\n{listed}\n"
+    )
+
+
+def latex(table: pd.DataFrame, digits: int) -> str:
+    """A booktabs table (pandas Styler), text escaped, like reporting.to_latex."""
+    shown = display(table, digits, pm="$\\pm$")
+    text = [c for c in shown.columns if c not in COLUMNS.values() and c != "n"]
+    styler = shown.style.hide(axis="index").format(escape="latex", subset=text)
+    styler = styler.format_index(escape="latex", axis=1)
+    caption = "Table 1 of seed 000 reproduced: ours (mean $\\pm$ std over seeds) beside the paper"
+    align = "l" * len(text) + "r" * (len(shown.columns) - len(text))
+    return styler.to_latex(hrules=True, column_format=align, caption=caption)
+
+
+def write_table1(
+    table: pd.DataFrame, out_dir: str | Path, digits: int = 3, notes: Sequence[str] = ()
+) -> dict[str, Path]:
+    """``table1.csv`` (numbers), ``table1.md`` and ``table1.tex`` in out_dir, each atomically."""
+    out_dir = Path(out_dir)
+    paths = {ext: out_dir / f"table1.{ext}" for ext in ("csv", "md", "tex")}
+    write_text(paths["csv"], table.to_csv(index=False))
+    write_text(paths["md"], markdown(table, digits, notes))
+    write_text(paths["tex"], latex(table, digits))
+    return paths
+
+
+def load_method_runs(
+    patterns: str | Iterable[str], ignore: Iterable[str] = ()
+) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """(the complete runs found in ``patterns`` with their ``method``, the config keys besides
+    system/method/noise that vary within a method, notes on incomplete or mixed runs)."""
+    runset = load_runs(patterns)
+    notes = list(runset.notes)
+    if not len(runset.complete):
+        notes.append("no evaluated runs: only the paper's numbers are shown")
+        return runset.complete, [], notes
+    runs = with_methods(runset.complete)
+    keys = extra_keys(runs, runset.config_keys, ignore)
+    if keys:
+        notes.append(f"runs of one method differ in {', '.join(keys)}: shown as extra columns")
+    return runs, keys, notes
+
+
+def at_paper_noise(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs at the paper's noise level (noise=low, std 0.01)."""
+    if not len(runs):
+        return runs
+    return runs[runs["noise.name"] == PAPER_NOISE]
+
+
+def build_table1(
+    patterns: str | Iterable[str], ignore: Iterable[str] = ()
+) -> tuple[pd.DataFrame, list[str]]:
+    """(table1 of the complete runs at noise=low found in ``patterns``, notes)."""
+    runs, keys, notes = load_method_runs(patterns, ignore)
+    return table1(at_paper_noise(runs), keys), notes
+
+
+# ---- the noise sweep ----------------------------------------------------------------------------
+
+
+def noise_sweep(runs: pd.DataFrame, keys: Sequence[str] = ()) -> pd.DataFrame:
+    """One row per (system, method, noise std, *keys): n, seeds and mean/std of NOISE_METRICS."""
+    agg = aggregate(runs, ["system.name", "method", *keys, "noise.std"], NOISE_METRICS)
+    systems = {name: i for i, name in enumerate(SYSTEMS)}
+    methods = {name: i for i, name in enumerate(METHODS)}
+    rank = agg["system"].map(systems).fillna(len(systems)) * 100 + agg["method"].map(
+        methods
+    ).fillna(len(methods))
+    return agg.assign(_rank=rank).sort_values(["_rank", "noise.std"]).drop(columns="_rank")
+
+
+def plot_noise_sweep(table: pd.DataFrame, path: str | Path, metric: str = "h_l1") -> None:
+    """``metric`` (mean ± std over seeds) against the noise std, one panel per system, one line
+    per method (methods without the metric, NODE for h_l1, are left out)."""
+    systems = list(dict.fromkeys(table["system"]))
+    fig = Figure(figsize=(4.2 * len(systems), 3.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(systems), squeeze=False)[0]
+    for ax, system in zip(axes, systems):
+        part = table[table["system"] == system]
+        for method, rows in part.groupby("method", sort=False):
+            rows = rows[rows[f"{metric}_mean"].notna()]
+            if len(rows):
+                ax.errorbar(rows["noise.std"], rows[f"{metric}_mean"],
+                            yerr=rows[f"{metric}_std"].fillna(0), marker="o", capsize=3,
+                            label=method)  # fmt: skip
+        ax.set_xscale("symlog", linthresh=0.01)
+        ax.set_yscale("log")
+        ax.set_xlabel("noise std")
+        ax.set_title(system)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel(f"{metric} (mean ± std over seeds)")
+    axes[-1].legend(fontsize=8)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+
+
+def write_noise_sweep(table: pd.DataFrame, out_dir: str | Path, digits: int = 3) -> dict[str, Path]:
+    """``noise_sweep.csv``, ``noise_sweep.md`` and ``noise_sweep.png`` (h_l1 vs noise)."""
+    out_dir = Path(out_dir)
+    paths = {ext: out_dir / f"noise_sweep.{ext}" for ext in ("csv", "md", "png")}
+    write_text(paths["csv"], table.to_csv(index=False))
+    body = formatted(table.drop(columns="seeds"), NOISE_METRICS, digits).to_markdown(index=False)
+    write_text(
+        paths["md"],
+        "# H error against observation noise\n\nmean ± sample std over n seeds; noise.std is "
+        f"the std of the Gaussian noise on every observed state.\n\n{body}\n",
+    )
+    plot_noise_sweep(table, paths["png"])
+    return paths
+
+
+def _names(value) -> list[str]:
+    value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    return [value] if isinstance(value, str) else list(value or [])
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="report")
+@exits_cleanly
+def main(cfg: DictConfig) -> None:
+    r = cfg.report
+    if not isinstance(r.digits, int) or r.digits < 1:
+        raise UserError(f"report.digits must be a whole number >= 1, got {r.digits!r}")
+    runs = _names(r.runs)
+    if not runs:
+        raise UserError(
+            "report.runs is empty; give run dirs or globs, e.g. report.runs=outputs/table1"
+        )
+    found, keys, notes = load_method_runs(runs, _names(r.ignore))
+    table = table1(at_paper_noise(found), keys)
+    paths = write_table1(table, r.out_dir, int(r.digits), notes)
+    if len(found) and found["noise.name"].nunique() > 1:
+        paths |= {f"noise {k}": v for k, v in
+                  write_noise_sweep(noise_sweep(found, keys), r.out_dir, int(r.digits)).items()}  # fmt: skip
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
+    print(display(table, int(r.digits)).to_markdown(index=False))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+
+
+if __name__ == "__main__":
+    main()

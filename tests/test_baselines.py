@@ -1,0 +1,486 @@
+"""The baselines of Table 1: their losses against closed forms, Tao's integrator against an
+independent solver, the NODE model, the configs, and (slow) each baseline through the CLIs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from hnnsym import integrate
+from hnnsym.cli import UserError
+from hnnsym.dynamics import has_hamiltonian, vector_field
+from hnnsym.integrators import (
+    IncompatibleError,
+    TaoSplitting,
+    get_integrator,
+    integrator_from_config,
+)
+from hnnsym.losses import (
+    DerivativeLoss,
+    FiniteDifferenceLoss,
+    LossContext,
+    WindowLoss,
+    build_loss,
+)
+from hnnsym.metrics import energies, grid_errors, rollout, rollout_metrics
+from hnnsym.models import NODE, model_from_config
+from hnnsym.systems import get_system
+from hnnsym.table1 import (
+    PAPER,
+    build_table1,
+    load_method_runs,
+    noise_sweep,
+    write_noise_sweep,
+    write_table1,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+CONF = REPO / "conf"
+F64 = torch.float64
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny networks: more torch threads only contend (30x slower measured on 2 busy cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def states(system, n: int, seed: int = 0) -> torch.Tensor:
+    return system.sample(n, torch.Generator().manual_seed(seed))
+
+
+# ---- SHNN: finite differences at the scheme's point ------------------------------------------
+
+
+def test_shnn_midpoint_loss_vanishes_on_implicit_midpoint_data_of_the_true_H():
+    system = get_system("coupled_oscillator")
+    y0 = states(system, 16)
+    h = 0.05
+    data = integrate(system, y0, h, 6, "implicit_midpoint", "backprop", tol=1e-15)
+    loss = FiniteDifferenceLoss(h, "midpoint")(system, data)
+    assert float(loss.detach()) < 1e-20
+    # and the symplectic Euler variant on symplectic Euler data (q' = q + h H_p(q', p), ...)
+    data = integrate(system, y0, h, 6, "symplectic_euler", "backprop", tol=1e-15)
+    assert float(FiniteDifferenceLoss(h, "euler")(system, data).detach()) < 1e-20
+    assert float(FiniteDifferenceLoss(h, "midpoint")(system, data).detach()) > 1e-6  # wrong point
+
+
+def test_shnn_midpoint_loss_on_the_exact_rotation_flow_equals_its_closed_form():
+    """H = (q² + p²)/2: the exact flow is y_{t+1} = R y_t, R = cos h I + sin h A (A = [[0, 1],
+    [-1, 0]]), and (R − I)/h − A(R + I)/2 = α I + β A with α = (cos h − 1)/h + sin h / 2,
+    β = sin h / h − (1 + cos h)/2; since y·Ay = 0 the loss is (α² + β²) Σ_t |y_t|²."""
+    system = get_system("mass_spring")
+    h, tau = 0.1, 6
+    c, s = math.cos(h), math.sin(h)
+    R = torch.tensor([[c, s], [-s, c]], dtype=F64)
+    y = [states(system, 8)]
+    for _ in range(tau):
+        y.append(y[-1] @ R.T)
+    data = torch.stack(y)
+    alpha, beta = (c - 1) / h + s / 2, s / h - (1 + c) / 2
+    expected = (alpha**2 + beta**2) * (data[:-1] ** 2).sum(dim=(0, 2)).mean()
+    got = FiniteDifferenceLoss(h, "midpoint")(system, data)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
+    assert abs(beta) == pytest.approx(h**2 / 12, rel=0.01)  # the residual is O(h²)
+
+
+def test_shnn_residual_on_exact_flow_data_is_second_order_and_euler_first_order():
+    system = get_system("double_well")
+    y0 = states(system, 16)
+    with torch.no_grad():
+        ref = integrate(system, y0, 0.0005, 120, "gauss_legendre6", "backprop", tol=1e-15)
+    rms = {}
+    for every in (20, 10, 5):  # h = 0.01, 0.005, 0.0025
+        data = ref[::every][:7]
+        h = 0.0005 * every
+        rms[every] = {p: float(FiniteDifferenceLoss(h, p)(system, data).detach()) ** 0.5
+                      for p in ("midpoint", "euler")}  # fmt: skip
+    for a, b in ((20, 10), (10, 5)):
+        assert math.log2(rms[a]["midpoint"] / rms[b]["midpoint"]) == pytest.approx(2, abs=0.1)
+        assert math.log2(rms[a]["euler"] / rms[b]["euler"]) == pytest.approx(1, abs=0.1)
+
+
+# ---- HNN: central differences ------------------------------------------------------------------
+
+
+def test_derivative_loss_on_the_exact_rotation_flow_equals_its_closed_form():
+    """(R − R⁻¹)/2h = (sin h / h) A exactly, so the residual at y_t is (sin h/h − 1) A y_t."""
+    system = get_system("mass_spring")
+    h, tau = 0.1, 6
+    c, s = math.cos(h), math.sin(h)
+    R = torch.tensor([[c, s], [-s, c]], dtype=F64)
+    y = [states(system, 8, seed=1)]
+    for _ in range(tau):
+        y.append(y[-1] @ R.T)
+    data = torch.stack(y)
+    expected = (s / h - 1) ** 2 * (data[1:-1] ** 2).sum(dim=(0, 2)).mean()
+    torch.testing.assert_close(DerivativeLoss(h)(system, data), expected, rtol=1e-12, atol=0)
+
+
+def test_losses_from_the_registry_and_their_errors():
+    integ = get_integrator("implicit_midpoint")
+    ctx = LossContext(integ, "backprop", 0.01)
+    assert isinstance(build_loss("rollout", ctx), WindowLoss)
+    assert build_loss("finite_difference_euler", ctx) == FiniteDifferenceLoss(0.01, "euler")
+    assert build_loss("derivative", ctx) == DerivativeLoss(0.01)
+    with pytest.raises(ValueError, match="unknown loss 'l1'"):
+        build_loss("l1", ctx)
+    with pytest.raises(ValueError, match="train.substeps=2 applies to the rollout loss only"):
+        build_loss("derivative", LossContext(integ, "backprop", 0.01, substeps=2))
+    with pytest.raises(ValueError, match="init must be one of"):
+        build_loss("rollout", LossContext(integ, "backprop", 0.01, init="denoised"))
+
+
+# ---- the rollout loss with a smoothed initial state --------------------------------------------
+
+
+def test_smoothed_start_is_the_window_mean_under_a_zero_field():
+    """H = 0: Φ_t(z) = z, so one Gauss–Newton step gives z = mean_t y_t exactly, and the loss is
+    Σ_{t≥1} |y_t − mean|²."""
+
+    def zero(y):
+        return 0.0 * y.sum(-1)
+
+    gen = torch.Generator().manual_seed(3)
+    data = torch.randn(7, 5, 2, generator=gen, dtype=F64)
+    loss = WindowLoss(get_integrator("implicit_midpoint"), "backprop", 0.01, init="smoothed")
+    z = loss.smoothed_start(zero, data)
+    torch.testing.assert_close(z, data.mean(0), rtol=1e-14, atol=1e-15)
+    expected = ((data[1:] - data.mean(0)) ** 2).sum(dim=(0, 2)).mean()
+    torch.testing.assert_close(loss(zero, data), expected, rtol=1e-13, atol=0)
+
+
+def test_smoothed_start_iterates_to_a_window_matched_on_average():
+    """For H = (q² + p²)/2 the implicit midpoint map is the Cayley matrix C. The iteration
+    z ← z + mean_t (y_t − C^t z) converges to z with mean_t C^t z = mean_t y_t; the least-squares
+    start mean_t C^{−t} y_t (C is orthogonal) differs from it by O(τh) of the noise."""
+    system = get_system("mass_spring")
+    h, tau = 0.05, 6
+    A = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=F64)
+    eye = torch.eye(2, dtype=F64)
+    C = torch.linalg.solve(eye - h / 2 * A, eye + h / 2 * A)
+    powers = [torch.linalg.matrix_power(C, t) for t in range(tau + 1)]
+    gen = torch.Generator().manual_seed(4)
+    clean = integrate(system, states(system, 6), h, tau, "implicit_midpoint", "backprop", tol=1e-15)
+    data = clean + 0.05 * torch.randn(clean.shape, generator=gen, dtype=F64)
+    z_fixed = torch.linalg.solve(torch.stack(powers).mean(0), data.mean(0).T).T
+    z_lsq = torch.stack([data[t] @ torch.linalg.inv(powers[t]).T for t in range(tau + 1)]).mean(0)
+    integ = get_integrator("implicit_midpoint", tol=1e-15)
+    many = WindowLoss(integ, "backprop", h, init="smoothed", init_iterations=40)
+    torch.testing.assert_close(many.smoothed_start(system, data), z_fixed, rtol=0, atol=1e-12)
+    one = WindowLoss(integ, "backprop", h, init="smoothed").smoothed_start(system, data)
+    noise = (data[0] - clean[0]).norm(dim=-1)
+    # one step contracts the distance by |I − mean_t C^t| ≈ τh/2 = 0.15
+    assert ((one - z_fixed).norm(dim=-1) < 0.25 * noise).all()
+    assert ((z_fixed - z_lsq).norm(dim=-1) < 0.2 * noise).all()
+    # and the start is much closer to the clean one than the observation is (7 points averaged)
+    assert (one - clean[0]).norm(dim=-1).mean() < 0.6 * noise.mean()
+
+
+# ---- Tao's integrator ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["coupled_oscillator", "henon_heiles"])
+def test_tao_is_second_order_against_gauss_legendre6(name):
+    system = get_system(name)
+    y0 = states(system, 8)
+    with torch.no_grad():
+        ref = integrate(system, y0, 0.0025, 200, "gauss_legendre6", "backprop", tol=1e-15)[-1]
+        errs = []
+        for h in (0.02, 0.01, 0.005):
+            traj = integrate(system, y0, h, round(0.5 / h), TaoSplitting(omega=10.0), "backprop")
+            errs.append(float((traj[-1] - ref).abs().max()))
+    orders = [math.log2(errs[i] / errs[i + 1]) for i in range(2)]
+    assert orders == pytest.approx([2.0, 2.0], abs=0.1), errs
+
+
+def test_tao_conserves_energy_on_a_nonseparable_system_over_long_times():
+    system = get_system("coupled_oscillator")
+    with torch.no_grad():
+        traj = integrate(system, states(system, 16), 0.01, 2000, "tao", "backprop")
+    e = energies(system, traj)
+    drift = (e - e[0]).abs()
+    first, last = drift[:500].max(), drift[-500:].max()
+    assert first < 1e-3  # measured 1.7e-4 (implicit midpoint: exact for this quadratic H)
+    assert last < 1.5 * first  # bounded, not secular
+
+
+def test_tao_binding_is_the_exact_flow_of_the_binding_hamiltonian():
+    """φ_C^δ against Gauss–Legendre 6 on ω(|q − x|² + |p − y|²)/2 with pairs (q, p), (x, y)."""
+    omega, delta, d = 3.0, 0.2, 2
+    tao = TaoSplitting(omega)
+    z = torch.randn(5, 4 * d, generator=torch.Generator().manual_seed(5), dtype=F64)  # q p x y
+
+    def H_C(w):  # canonical layout [Q, P] = [q, x, p, y]
+        q, x, p, y = w.split(d, dim=-1)
+        return 0.5 * omega * (((q - x) ** 2).sum(-1) + ((p - y) ** 2).sum(-1))
+
+    q, p, x, y = z.split(d, dim=-1)
+    ref = integrate(H_C, torch.cat([q, x, p, y], -1), delta / 50, 50, "gauss_legendre6",
+                    "backprop", tol=1e-15)[-1]  # fmt: skip
+    rq, rx, rp, ry = ref.split(d, dim=-1)
+    torch.testing.assert_close(tao.bind(z, delta, d), torch.cat([rq, rp, rx, ry], -1),
+                               rtol=0, atol=1e-12)  # fmt: skip
+
+
+def test_tao_registry_config_and_refusals():
+    assert get_integrator("tao", omega=5).omega == 5.0
+    node = OmegaConf.to_container(OmegaConf.load(CONF / "integrator" / "tao.yaml"))
+    assert integrator_from_config(node) == TaoSplitting(node["omega"])
+    with pytest.raises(ValueError, match="apply to tao only"):
+        get_integrator("implicit_midpoint", omega=3.0)
+    with pytest.raises(ValueError, match="omega must be a finite number > 0"):
+        TaoSplitting(0.0)
+    system = get_system("double_well")
+    y0 = states(system, 2)
+    with pytest.raises(IncompatibleError, match="supports gradient=backprop only"):
+        integrate(system, y0, 0.01, 3, "tao", "symplectic_adjoint")
+    with pytest.raises(IncompatibleError, match="vector field without one"):
+        integrate(NODE(1).double(), y0, 0.01, 3, "tao", "backprop")
+
+
+def test_tao_backprop_gradient_matches_finite_differences():
+    torch.manual_seed(0)
+    model = model_from_config({"name": "nssnn", "arch": "hnn", "loss": "rollout"}, 1).double()
+    y0 = states(get_system("double_well"), 4)
+    loss = WindowLoss(TaoSplitting(10.0), "backprop", 0.05)
+    target = integrate(get_system("double_well"), y0, 0.05, 4, "gauss_legendre6", "backprop")
+    value = loss(model, target)
+    (grad,) = torch.autograd.grad(value, [model.net[0].bias])
+    eps = 1e-6
+    with torch.no_grad():
+        model.net[0].bias[0] += eps
+        up = loss(model, target)
+        model.net[0].bias[0] -= 2 * eps
+        down = loss(model, target)
+    assert float(grad[0]) == pytest.approx(float(up - down) / (2 * eps), rel=1e-6)
+
+
+# ---- NODE ---------------------------------------------------------------------------------------
+
+
+def test_node_plugs_into_integrate_and_every_gradient_method():
+    torch.manual_seed(0)
+    node = model_from_config({"name": "node", "hidden": [8, 8], "loss": "rollout"}, 1).double()
+    assert isinstance(node, NODE) and not has_hamiltonian(node)
+    y = torch.randn(6, 2, dtype=F64)
+    torch.testing.assert_close(vector_field(node, y), node(y))
+    assert not vector_field(node, y, create_graph=False).requires_grad
+    target = torch.randn(5, 6, 2, dtype=F64)
+    grads = {}
+    for gradient in ("backprop", "symplectic_adjoint", "checkpoint"):
+        traj = integrate(node, y, 0.1, 4, "implicit_midpoint", gradient, tol=1e-14)
+        loss = ((traj - target) ** 2).sum()
+        grads[gradient] = torch.autograd.grad(loss, list(node.parameters()))
+    for gradient in ("symplectic_adjoint", "checkpoint"):
+        for a, b in zip(grads["backprop"], grads[gradient]):
+            torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-12)
+
+
+def test_node_trains_and_has_no_hamiltonian_metrics():
+    system = get_system("mass_spring")
+    torch.manual_seed(0)
+    node = NODE(1, hidden=(16,)).double()
+    with torch.no_grad():
+        data = integrate(system, states(system, 32), 0.1, 6, "gauss_legendre6", "backprop")
+    loss = WindowLoss(get_integrator("rk4"), "backprop", 0.1)
+    opt = torch.optim.Adam(node.parameters(), lr=0.02)
+    first = loss(node, data).item()
+    for _ in range(30):
+        opt.zero_grad()
+        loss(node, data).backward()
+        opt.step()
+    assert loss(node, data).item() < 0.2 * first
+    node.requires_grad_(False)
+    m = grid_errors(system, node, system.grid(20))
+    assert all(math.isnan(m[k]) for k in ("h_l1", "h_l1_raw", "h_l1_rel", "h_offset"))
+    assert math.isfinite(m["vf_l1"]) and 0 < m["vf_rel"] < 1
+    with pytest.raises(ValueError, match="no Hamiltonian"):
+        energies(node, data[0])
+    y0 = data[0, :8]
+    with torch.no_grad():
+        truth = integrate(system, y0, 0.1, 20, "gauss_legendre6", "backprop")
+    result = rollout(node, y0, 0.1, 20, "rk4")
+    r = rollout_metrics(result, truth, 0.1 * torch.arange(21, dtype=F64), system, node)
+    assert math.isnan(r.summary["energy_drift_pred_max"])
+    assert math.isfinite(r.summary["traj_mse"]) and math.isfinite(
+        r.summary["energy_drift_true_max"]
+    )
+
+
+# ---- configs ------------------------------------------------------------------------------------
+
+
+def test_baseline_model_configs_build_the_papers_mlp():
+    for name, loss, arch in (("shnn", "finite_difference_midpoint", "HNN"),
+                             ("hnn_derivative", "derivative", "HNN"), ("nssnn", "rollout", "HNN"),
+                             ("node", "rollout", "NODE")):  # fmt: skip
+        cfg = OmegaConf.to_container(OmegaConf.load(CONF / "model" / f"{name}.yaml"))
+        cfg.pop("defaults", None)
+        assert cfg["name"] == name and cfg["loss"] == loss
+        model = model_from_config(cfg, 2)
+        assert type(model).__name__ == arch
+        widths = [m.out_features for m in model.net if isinstance(m, torch.nn.Linear)]
+        assert widths == [16, 32, 16, 1 if arch == "HNN" else 4]
+
+
+def test_experiments_select_each_method(compose_config):
+    expected = {
+        "table1": ("hnn", "implicit_midpoint", "symplectic_adjoint", "observed"),
+        "table1_shnn": ("shnn", "implicit_midpoint", "symplectic_adjoint", "observed"),
+        "table1_hnn_derivative": (
+            "hnn_derivative",
+            "implicit_midpoint",
+            "symplectic_adjoint",
+            "observed",
+        ),
+        "table1_nssnn": ("nssnn", "tao", "backprop", "observed"),
+        "table1_node": ("node", "rk4", "backprop", "observed"),
+        "table1_smoothed": ("hnn", "implicit_midpoint", "symplectic_adjoint", "smoothed"),
+    }
+    dirs = set()
+    for exp, (model, integ, grad, init) in expected.items():
+        for stage in ("train", "evaluate"):
+            cfg = compose_config(stage, [f"experiment={exp}", "system=double_well"])
+            got = (cfg.model.name, cfg.integrator.name, cfg.gradient.name, cfg.train.get("init"))
+            n = 4 if stage == "train" else 3  # train.init only matters to train
+            assert got[:n] == (model, integ, grad, init)[:n], (exp, stage)
+            assert cfg.run_dir.startswith("outputs/table1/")
+        dirs.add(cfg.run_dir)
+    assert len(dirs) == len(expected)  # no two methods share a run dir
+    high = compose_config("train", ["experiment=table1_smoothed", "noise=high"])
+    assert high.run_dir.startswith("outputs/table1/smoothed/") and "/high/" in high.run_dir
+
+
+def test_model_nssnn_selects_tao_and_backprop(compose_config):
+    cfg = compose_config("train", ["model=nssnn", "integrator=tao", "gradient=backprop"])
+    assert cfg.integrator.omega > 0
+    try:
+        cfg = compose_config("train", ["model=nssnn"])
+    except ConfigCompositionException as err:
+        pytest.skip(f"conf/train.yaml lists `model` before `integrator`/`gradient`: {err}")
+    assert (cfg.integrator.name, cfg.gradient.name) == ("tao", "backprop")
+    cfg = compose_config("train", ["model=nssnn", "integrator=rk4"])  # the command line wins
+    assert cfg.integrator.name == "rk4"
+
+
+def fake_run(root: Path, system: str, model: str, noise: str, seed: int, h_l1: float | None,
+             wall: tuple[float, ...] = (10.0, 20.0, 30.0), init: str | None = None) -> None:  # fmt: skip
+    """A run dir as train + evaluate leave it (config.yaml, metrics.csv, eval/metrics.json)."""
+    run = root / system / model / noise / f"seed{seed}"
+    (run / "eval").mkdir(parents=True)
+    train = {"epochs": 3, "lr": 0.01} | ({"init": init} if init else {})
+    config = {"seed": seed, "system": {"name": system}, "model": {"name": model},
+              "noise": {"name": noise, "std": {"none": 0.0, "low": 0.01, "high": 0.1}[noise]},
+              "integrator": {"name": "implicit_midpoint"}, "train": train,
+              "run_dir": str(run)}  # fmt: skip
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(config))
+    val = [3.0, 1.0, 2.0]  # best at epoch 2: time_to_best = wall[1]
+    pd.DataFrame({"epoch": [1, 2, 3], "train_loss": val, "val_loss": val,
+                  "wall_time": list(wall)}).to_csv(run / "metrics.csv", index=False)  # fmt: skip
+    metrics = {"h_l1": h_l1, "traj_mse": 0.5, "energy_drift_true_max": 0.1, "vpt_mean": 4.0,
+               "h_l1_rel": h_l1, "vf_rel": 0.2, "checkpoint": {"which": "best", "epoch": 2}}  # fmt: skip
+    (run / "eval" / "metrics.json").write_text(json.dumps(metrics))
+
+
+def test_table1_aggregates_runs_beside_the_paper_and_sweeps_noise(tmp_path):
+    root = tmp_path / "runs"
+    for seed, err in enumerate((0.001, 0.003)):
+        fake_run(root, "double_well", "hnn", "low", seed, err, wall=(5.0, 10.0 + seed, 15.0))
+        fake_run(root, "double_well", "hnn", "high", seed, 10 * err)
+        fake_run(root / "smoothed", "double_well", "hnn", "low", seed, err / 2, init="smoothed")
+    fake_run(root, "double_well", "node", "low", 0, None)
+    fake_run(root, "henon_heiles", "shnn", "low", 0, 0.05)
+    table, notes = build_table1([str(root)])
+    rows = table.set_index(["system", "method"])
+    ours = rows.loc[("double_well", "This work")]
+    assert ours["n"] == 2 and ours["h_l1_mean"] == pytest.approx(0.002)  # noise=high left out
+    assert ours["h_l1_std"] == pytest.approx(math.sqrt(2) * 0.001)
+    assert ours["time_to_best_mean"] == pytest.approx(10.5)  # wall time at the best val loss
+    assert ours["paper_h_l1_mean"] == 0.00035 and ours["paper_runtime_mean"] == 100.16
+    assert rows.loc[("double_well", "This work, smoothed y0"), "h_l1_mean"] == pytest.approx(0.001)
+    assert math.isnan(rows.loc[("double_well", "NODE"), "h_l1_mean"])
+    assert rows.loc[("henon_heiles", "SHNN"), "paper_h_l1_mean"] == 0.07238
+    assert rows.loc[("coupled_oscillator", "NSSNN"), "n"] == 0  # paper only
+    assert list(table["system"].unique()) == ["double_well", "coupled_oscillator", "henon_heiles"]
+    paths = write_table1(table, tmp_path / "results", notes=notes)
+    text = paths["md"].read_text()
+    assert "0.078556" in text and "100.16" in text and "0.002 ± 0.0014" in text
+    assert "\\pm" in paths["tex"].read_text()
+
+    runs, keys, _ = load_method_runs([str(root)])
+    sweep = noise_sweep(runs, keys)
+    line = sweep[(sweep["method"] == "This work")]
+    assert list(line["noise.std"]) == [0.01, 0.1]
+    assert list(line["h_l1_mean"]) == pytest.approx([0.002, 0.02])
+    written = write_noise_sweep(sweep, tmp_path / "results")
+    assert written["png"].stat().st_size > 1000
+
+
+def test_table1_without_runs_shows_the_papers_numbers(tmp_path):
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("train: {epochs: 1}\nseed: 0\n")
+    with pytest.raises(UserError, match="no runs found"):
+        build_table1([str(tmp_path / "nothing")])
+    table, notes = build_table1([str(tmp_path / "runs")])
+    assert len(table) == len(PAPER) and (table["n"] == 0).all()
+    paths = write_table1(table, tmp_path / "results", notes=notes)
+    assert "0.04303" in paths["md"].read_text()
+    assert pd.read_csv(paths["csv"])["paper_h_l1_mean"].notna().sum() == len(PAPER)
+
+
+# ---- end to end through the CLIs (slow) ---------------------------------------------------------
+
+
+def _run(module: str, tmp: Path, *overrides: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", module, *overrides]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, cwd=tmp)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.slow
+def test_each_baseline_trains_evaluates_and_lands_in_table1(tmp_path):
+    common = ["system=double_well", "noise=low", "seed=0", f"data_dir={tmp_path / 'data'}",
+              "hydra.sweep.dir=" + str(tmp_path / "hydra")]  # fmt: skip
+    _run("hnnsym.generate", tmp_path, *common[:4], "generate.n_train=128", "generate.n_val=32",
+         "generate.n_test=4", "generate.test_steps=40", "generate.train_steps=8",
+         f"hydra.run.dir={tmp_path / 'hydra' / 'generate'}")  # fmt: skip
+    experiments = "experiment=table1_shnn,table1_hnn_derivative,table1_nssnn,table1_node"
+    _run("hnnsym.train", tmp_path, "-m", experiments, *common, "train.epochs=3",
+         "train.batch_size=64", "train.val_batch_size=64")  # fmt: skip
+    _run("hnnsym.evaluate", tmp_path, "-m", experiments, *common, "eval.figures=false",
+         "eval.grid_points=40")  # fmt: skip
+    runs = tmp_path / "outputs" / "table1" / "double_well"  # the experiments' run_dir, from cwd
+    found = {}
+    for metrics_file in runs.glob("*/*/low/seed0/eval/metrics.json"):
+        model = metrics_file.parts[-6]
+        found[model] = json.loads(metrics_file.read_text())
+        history = pd.read_csv(metrics_file.parent.parent / "metrics.csv")
+        assert len(history) == 3 and history["val_loss"].notna().all()
+    assert set(found) == {"shnn", "hnn_derivative", "nssnn", "node"}
+    assert found["nssnn"]["rollout_integrator"] == "tao"
+    for model in ("shnn", "hnn_derivative", "nssnn"):
+        assert found[model]["h_l1"] is not None and math.isfinite(found[model]["h_l1"])
+    node = found["node"]
+    assert node["h_l1"] is None and node["energy_drift_pred_max"] is None and node["notes"]
+    assert math.isfinite(node["traj_mse"]) and math.isfinite(node["vf_rel"])
+    table, _ = build_table1([str(tmp_path / "outputs" / "table1")])
+    ours = table[table["n"] > 0].set_index("method")
+    assert set(ours.index) == {"SHNN", "NSSNN", "HNN (derivative)", "NODE"}
+    assert math.isnan(ours.loc["NODE", "h_l1_mean"]) and ours.loc["SHNN", "time_to_best_mean"] > 0

@@ -1,0 +1,232 @@
+"""The profile stage: the saved-bytes meter on hand-countable graphs, the CLI end to end on a tiny
+setting (columns, figure, exactness of the symplectic adjoint, memory growth), the RSS worker."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from hnnsym.cli import UserError
+from hnnsym.profiling import (
+    COLUMNS,
+    Method,
+    SavedTensorMeter,
+    Setting,
+    iteration,
+    make_inputs,
+    make_model,
+    make_solver,
+    methods_from_config,
+    rss_subprocess,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+F32 = 4  # bytes
+HNN = {"name": "hnn", "hidden": [16, 32, 16], "activation": "tanh"}
+OSCILLATOR = {"name": "coupled_oscillator", "params": {"alpha": 0.5}}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: one intra-op thread avoids OpenMP spinning against other processes."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ---- the meter ---------------------------------------------------------------------------------
+def test_meter_counts_unique_saved_storages_on_a_known_chain():
+    n = 1000
+    x = torch.randn(n, requires_grad=True)
+    with SavedTensorMeter() as meter:
+        y = x.exp()  # saves its result y
+        z = y * y  # saves y twice: one storage
+        w = z.sin()  # saves z
+        loss = w.sum()  # saves nothing
+        forward = meter.mark()
+        (gx,) = torch.autograd.grad(loss, x)
+    assert meter.packs == 4
+    assert forward == 2 * n * F32  # y and z, each once
+    assert meter.peak == 2 * n * F32
+    assert meter.current == 0 and not meter.live  # all released by backward
+    expected = torch.cos(x.exp() ** 2) * 2 * x.exp() ** 2
+    torch.testing.assert_close(gx, expected)
+
+
+def test_meter_excludes_given_storages_and_counts_whole_storage_of_views():
+    n = 1000
+    x = torch.randn(n, requires_grad=True)
+    with SavedTensorMeter(exclude=[x]) as meter:
+        a = x * x  # saves x (excluded)
+        assert meter.current == 0
+        b = a[::2].sin()  # saves a view of a's storage: all n floats count
+        assert meter.current == n * F32
+        del a, b
+    assert meter.current == 0  # graph dropped with its outputs
+
+
+class _BackwardBuildsAGraph(torch.autograd.Function):
+    """Saves x in forward; its backward builds (and saves for) a graph of 3 n-vectors."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            t = x.detach().requires_grad_(True)
+            u = t.exp()  # saves u
+            v = u.sin()  # saves u (again)
+            r = v.tanh()  # saves r
+            (gt,) = torch.autograd.grad(r, t, g)
+        return gt
+
+
+def test_meter_counts_graphs_built_during_backward():
+    n = 500
+    x = torch.randn(n)
+    y0 = torch.randn(n, requires_grad=True)
+    with SavedTensorMeter(exclude=[y0]) as meter:
+        x = y0 * 1.0  # saves nothing (scalar multiply by a Python number)
+        out = _BackwardBuildsAGraph.apply(x)
+        forward = meter.mark()
+        out.sum().backward()
+    assert forward == n * F32  # x, held for backward
+    assert meter.peak == 3 * n * F32  # x, u, r alive together inside backward
+    assert meter.current == 0
+
+
+def test_meter_does_not_change_gradients():
+    setting = Setting(system=OSCILLATOR, batch=16)
+    H = make_model(HNN, 1, 0).double()
+    params = list(H.parameters())
+    y0, target = make_inputs(setting, 5)
+    for gradient in ("backprop", "symplectic_adjoint", "adjoint"):
+        solve = make_solver(Method(gradient, "implicit_midpoint", HNN), H, 5, 0.01, {})
+        plain, _, _ = iteration(solve, params, y0, target)
+        with SavedTensorMeter(exclude=[*params, y0, target]) as meter:
+            metered, _, _ = iteration(solve, params, y0, target)
+        assert all(torch.equal(a, b) for a, b in zip(plain, metered)), gradient
+        assert meter.peak > 0 and meter.current == 0, gradient
+
+
+# ---- configurations ----------------------------------------------------------------------------
+def test_unregistered_methods_are_skipped_with_a_note():
+    entries = [
+        {"gradient": "backprop"},
+        {"gradient": "no_such_gradient"},
+        {"gradient": "backprop", "integrator": "no_such_integrator"},
+        {"gradient": "backprop", "model": "no_such_model"},
+        {"backend": "torchdiffeq", "gradient": "odeint", "integrator": "rk4"},
+    ]
+    methods, notes = methods_from_config(entries, "implicit_midpoint", HNN, torchdiffeq=False)
+    assert [m.label for m in methods] == ["backprop"]
+    assert len(notes) == 4
+    assert any("no_such_gradient" in n for n in notes)
+    assert any("torchdiffeq=false" in n for n in notes)
+
+
+def test_malformed_method_entries_are_user_errors():
+    with pytest.raises(UserError, match="gradient"):
+        methods_from_config([{"integrator": "rk4"}], "implicit_midpoint", HNN)
+    with pytest.raises(UserError, match="backend"):
+        methods_from_config([{"gradient": "backprop", "backend": "jax"}], "implicit_midpoint", HNN)
+    with pytest.raises(UserError, match="unique"):
+        methods_from_config([{"gradient": "backprop"}] * 2, "implicit_midpoint", HNN)
+
+
+# ---- the stage end to end ------------------------------------------------------------------------
+def _run(*overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "hnnsym.profile", *overrides],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("profile")
+    proc = _run(
+        f"hydra.run.dir={run_dir}", "profile.steps=[2,4]", "profile.batch=8",
+        "profile.repeats=1", "profile.subprocess=false", "profile.reference.refine=2",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return run_dir, proc, pd.read_csv(run_dir / "profile.csv")
+
+
+@pytest.mark.slow
+def test_cli_writes_csv_markdown_and_figure(tiny_run):
+    run_dir, proc, df = tiny_run
+    assert list(df.columns) == COLUMNS
+    assert set(df["steps"]) == {2, 4}
+    labels = set(df["method"])
+    assert {"backprop", "checkpoint", "adjoint", "symplectic_adjoint"} <= labels
+    assert (df.groupby("method").size() == 2).all()
+    assert (df["time_ms"] > 0).all() and (df["cpu_ms"] > 0).all()
+    png = (run_dir / "profile.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert "gradient error" in (run_dir / "profile.md").read_text()
+    assert f"wrote {run_dir / 'profile.csv'}" in proc.stdout
+    assert "| symplectic_adjoint" in proc.stdout
+
+
+@pytest.mark.slow
+def test_symplectic_adjoint_is_exact_and_the_continuous_adjoint_is_not(tiny_run):
+    _, _, df = tiny_run
+    by = df.set_index(["method", "steps"])
+    for steps in (2, 4):
+        sa = by.loc[("symplectic_adjoint", steps)]
+        assert sa["grad_err_exact"] < 1e-10
+        # the continuous adjoint carries its O(h^2) discretization error
+        assert by.loc[("adjoint", steps), "grad_err_exact"] > 100 * max(sa["grad_err_exact"], 1e-16)
+        # all three discrete-exact methods see the same discretization error vs the reference
+        ref = by.loc[("backprop", steps), "grad_err_ref"]
+        assert math.isclose(sa["grad_err_ref"], ref, rel_tol=1e-3)
+
+
+@pytest.mark.slow
+def test_backprop_memory_grows_with_steps_and_symplectic_adjoint_barely(tiny_run):
+    _, _, df = tiny_run
+    saved = df.pivot(index="method", columns="steps", values="saved_mb_forward")
+    bp, sa = saved.loc["backprop"], saved.loc["symplectic_adjoint"]
+    assert bp[4] > 1.6 * bp[2]
+    assert bp[4] - bp[2] > 20 * (sa[4] - sa[2])
+    cp = saved.loc["checkpoint"]  # keeps the states only, like the symplectic adjoint
+    assert bp[4] - bp[2] > 20 * (cp[4] - cp[2])
+
+
+def test_cli_bad_input_is_one_line_error(tmp_path):
+    proc = _run(f"hydra.run.dir={tmp_path}", "profile.steps=[0,4]")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error: profile.steps")
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "profile.csv").exists()
+
+
+# ---- the RSS worker ----------------------------------------------------------------------------
+@pytest.mark.slow
+def test_subprocess_rss_sees_backprops_graph():
+    """A fresh process's RSS growth holds at least the bytes saved for backward (they are resident
+    together at the end of forward); the symplectic adjoint's is several times smaller."""
+    steps = 32
+    setting = Setting(system=OSCILLATOR, batch=512)
+    bp, sa = (Method(g, "implicit_midpoint", HNN) for g in ("backprop", "symplectic_adjoint"))
+    H = make_model(HNN, 1, 0)
+    params = list(H.parameters())
+    y0, target = (x.float() for x in make_inputs(setting, steps))
+    with SavedTensorMeter(exclude=[*params, y0, target]) as meter:
+        iteration(make_solver(bp, H, steps, setting.dt, {}), params, y0, target)
+    rss_bp = rss_subprocess(bp, steps, setting)["rss_mb"]
+    rss_sa = rss_subprocess(sa, steps, setting)["rss_mb"]
+    assert rss_bp >= 0.9 * meter.peak / 2**20
+    assert rss_sa < 0.3 * rss_bp
