@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import os
 import platform
+import socket
 import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -78,3 +79,48 @@ def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> None:
     """torch.save, atomically."""
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
+
+
+@contextlib.contextmanager
+def exclusive_dir(directory: str | os.PathLike, what: str, hint: str = "") -> Iterator[Path]:
+    """Hold ``directory/.lock`` (created with O_EXCL) for the block, so two jobs never write one
+    run dir at once. A lock left by a dead process on this host (e.g. after SIGKILL) is taken
+    over. UserError when the directory is in use (with ``hint``) or cannot be written."""
+    from hnnsym.cli import UserError
+
+    directory = Path(directory)
+    lock = directory / ".lock"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                owner = lock.read_text().strip() if lock.exists() else ""
+                host, _, rest = owner.partition(" ")
+                pid = rest.split(" ")[0]
+                if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+                    lock.unlink(missing_ok=True)  # stale: its process is gone
+                    continue
+                raise UserError(
+                    f"{directory} is in use by another {what} job ({owner}){hint}"
+                ) from None
+            with os.fdopen(fd, "w") as fh:
+                fh.write(f"{socket.gethostname()} {os.getpid()} {now_utc()}")
+            break
+    except OSError as err:
+        raise UserError(f"cannot write to the run directory {directory}: {err.strerror}") from err
+    try:
+        yield directory
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -10,7 +10,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from hnnsym.artifacts import write_text
+from hnnsym.artifacts import exclusive_dir, write_text
 from hnnsym.cli import UserError, configure, exits_cleanly, resolve_dtype
 from hnnsym.data import random_windows, read_dataset
 from hnnsym.gradients import get_gradient
@@ -54,13 +54,6 @@ def prepare_run_dir(run_dir: Path, resume: bool | str, overwrite: bool) -> Path 
             f"{run_dir} already holds a run; pass train.resume=true to continue it or "
             f"train.overwrite=true to replace it"
         )
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write-test"
-        probe.touch()
-        probe.unlink()
-    except OSError as err:
-        raise UserError(f"cannot write to the run directory {run_dir}: {err.strerror}") from err
     return None
 
 
@@ -98,6 +91,18 @@ def main(cfg: DictConfig) -> None:
         )
 
     run_dir = Path(cfg.run_dir)
+    in_use = (
+        "; jobs that differ only in keys outside run_name need their own run_dir, e.g. "
+        "'run_dir=outputs/${run_name}/lr${train.lr}'"
+    )
+    with exclusive_dir(run_dir, "train", in_use):
+        fit(cfg, run_dir, system, train, val, obs_dt, device, dtype, data_file)
+
+
+def fit(cfg: DictConfig, run_dir: Path, system, train, val, obs_dt: float, device, dtype,
+        data_file: Path) -> None:  # fmt: skip
+    """Build model, loss and trainer for this run (its dir locked) and train."""
+    t = cfg.train
     resume_from = prepare_run_dir(run_dir, t.resume, t.overwrite)
     torch.manual_seed(cfg.seed)
     model = model_from_config(cfg.model, system.dim).to(device=device, dtype=dtype)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -217,3 +218,20 @@ def test_ctrl_c_stops_cleanly_and_the_run_resumes(tmp):
     resumed = cli("train", tmp, *TINY_TRAIN, *epochs, "train.resume=true")
     assert resumed.returncode == 0, resumed.stderr
     assert len(pd.read_csv(metrics)) == 30
+
+
+def test_a_run_dir_in_use_by_a_live_job_is_refused_and_a_dead_ones_lock_taken_over(tmp):
+    run = tmp / "run"
+    run.mkdir()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (run / ".lock").write_text(f"{socket.gethostname()} {live.pid} 2026-01-01T00:00:00")
+        proc = cli("train", tmp, *TINY_TRAIN, "train.epochs=1")
+        assert_one_line_error(proc, "in use by another train job", "run_dir=")
+        assert not (run / "checkpoints").exists()
+    finally:
+        live.kill()
+        live.wait()
+    # the owner is gone now: its lock is stale and is taken over
+    assert cli("train", tmp, *TINY_TRAIN, "train.epochs=1").returncode == 0
+    assert not (run / ".lock").exists()
