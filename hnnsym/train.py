@@ -24,8 +24,11 @@ from hnnsym.training import Trainer, provenance
 def check_config(cfg: DictConfig) -> None:
     t = cfg.train
     for key in ("epochs", "batch_size", "window", "segments", "substeps", "val_batch_size"):
-        if int(t[key]) < 1:
-            raise UserError(f"train.{key} must be >= 1, got {t[key]}")
+        if isinstance(t[key], bool) or not isinstance(t[key], int) or t[key] < 1:
+            raise UserError(f"train.{key} must be a whole number >= 1, got {t[key]!r}")
+    for key in ("lr", "weight_decay"):
+        if isinstance(t[key], bool) or not isinstance(t[key], (int, float)):
+            raise UserError(f"train.{key} must be a number, got {t[key]!r}")
     if not t.lr > 0:
         raise UserError(f"train.lr must be > 0, got {t.lr}")
     if t.window % t.segments:
