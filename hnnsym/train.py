@@ -139,11 +139,12 @@ def fit(cfg: DictConfig, run_dir: Path, system, train, val, obs_dt: float, devic
     try:
         state = trainer.fit()
     except KeyboardInterrupt:
-        print(
-            f"\ninterrupted at epoch {trainer.state.epoch}; {trainer.last_path} holds the last "
-            "completed epoch; continue with train.resume=true",
-            file=sys.stderr,
+        saved = (
+            f"{trainer.last_path} holds epoch {trainer.state.epoch}; continue with train.resume=true"
+            if trainer.state.epoch
+            else "no epoch had completed, nothing was saved"
         )
+        print(f"\ninterrupted; {saved}", file=sys.stderr)
         sys.exit(130)
     print(
         f"done: {state.stop_reason}; best val loss {state.best_val:.4e} at epoch {state.best_epoch} "

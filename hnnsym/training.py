@@ -6,8 +6,12 @@ The losses (seed 000's rollout loss ``WindowLoss`` and the baselines' ones) are 
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,6 +132,7 @@ class Trainer:
             disable=not t.progress, dynamic_ncols=True,
         )  # fmt: skip
         for k, idx in enumerate(bar):
+            self._check_interrupt()
             windows = random_windows(self.train, t.window, idx, self.generator)
             self.optimizer.zero_grad(set_to_none=True)
             loss = self.loss(self.model, windows, stats)
@@ -154,8 +159,20 @@ class Trainer:
         }
 
     def fit(self) -> TrainState:
+        """Train to the budget or early stop. Ctrl-C (SIGINT) is deferred to the next batch
+        boundary or to after the epoch's checkpoints are written, then raised as
+        KeyboardInterrupt: last.pt always holds a whole epoch."""
+        with _deferred_sigint() as self._interrupt:
+            return self._fit()
+
+    def _check_interrupt(self) -> None:
+        if getattr(self, "_interrupt", {}).get("set"):
+            raise KeyboardInterrupt
+
+    def _fit(self) -> TrainState:
         t, s = self.cfg.train, self.state
         while s.epoch < t.epochs and not s.finished:
+            self._check_interrupt()
             try:
                 row = self.run_epoch()
             except (_Diverged, ConvergenceError) as err:
@@ -182,11 +199,11 @@ class Trainer:
             elif s.epoch >= t.epochs:
                 s.finished, s.stop_reason = True, "epoch budget"
             row["best_val_loss"] = s.best_val
-            self.write_metrics()
             payload = self.payload()
             if s.best_epoch == s.epoch:
                 save_checkpoint(self.best_path, payload)
             save_checkpoint(self.last_path, payload)
+            self.write_metrics()  # after last.pt: every row of metrics.csv has its checkpoint
             tqdm.write(
                 f"epoch {s.epoch:3d}  train {row['train_loss']:.4e}  val {row['val_loss']:.4e}  "
                 f"lr {row['lr']:.1e}  {row['epoch_time']:.1f}s"
@@ -196,6 +213,24 @@ class Trainer:
 
 class _Diverged(RuntimeError):
     pass
+
+
+@contextlib.contextmanager
+def _deferred_sigint() -> Iterator[dict]:
+    """While active, SIGINT sets flag["set"] instead of raising (main thread only)."""
+    flag = {"set": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum, frame):
+        flag["set"] = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def provenance(
