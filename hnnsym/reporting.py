@@ -526,3 +526,30 @@ def write_report(
         table = aggregate(complete, report.keys, report.plot)
         plot_report(table, complete, report.keys, report.plot, paths["png"], report.hue)
     return paths
+
+
+def config_names(value, key: str) -> list[str] | None:
+    """A report config value that is a name or a list of names -> list (None stays None)."""
+    from omegaconf import OmegaConf
+
+    from hnnsym.cli import UserError
+
+    if value is None:
+        return None
+    value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    value = [value] if isinstance(value, str) else value
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UserError(f"report.{key} must be a name or a list of names, got {value!r}")
+    return value
+
+
+def checked_runs_and_digits(r) -> tuple[list[str], int]:
+    """The ``report.runs`` patterns and ``report.digits`` of a report config, checked."""
+    from hnnsym.cli import UserError
+
+    if isinstance(r.digits, bool) or not isinstance(r.digits, int) or r.digits < 1:
+        raise UserError(f"report.digits must be a whole number >= 1, got {r.digits!r}")
+    runs = config_names(r.runs, "runs")
+    if not runs:
+        raise UserError("report.runs is empty; give run dirs or globs, e.g. report.runs=outputs")
+    return runs, int(r.digits)

@@ -30,11 +30,19 @@ import hydra
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from hnnsym.artifacts import atomic_path, write_text
-from hnnsym.cli import UserError, exits_cleanly
-from hnnsym.reporting import IDENTITY_KEYS, aggregate, display_name, formatted, load_runs
+from hnnsym.cli import exits_cleanly
+from hnnsym.reporting import (
+    IDENTITY_KEYS,
+    aggregate,
+    checked_runs_and_digits,
+    config_names,
+    display_name,
+    formatted,
+    load_runs,
+)
 
 SYSTEMS = ("double_well", "coupled_oscillator", "henon_heiles")
 # method label -> model name (config group `model`); "This work" with train.init=smoothed is ours
@@ -281,31 +289,20 @@ def write_noise_sweep(table: pd.DataFrame, out_dir: str | Path, digits: int = 3)
     return paths
 
 
-def _names(value) -> list[str]:
-    value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-    return [value] if isinstance(value, str) else list(value or [])
-
-
 @hydra.main(version_base="1.3", config_path="../conf", config_name="report")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:
     r = cfg.report
-    if not isinstance(r.digits, int) or r.digits < 1:
-        raise UserError(f"report.digits must be a whole number >= 1, got {r.digits!r}")
-    runs = _names(r.runs)
-    if not runs:
-        raise UserError(
-            "report.runs is empty; give run dirs or globs, e.g. report.runs=outputs/table1"
-        )
-    found, keys, notes = load_method_runs(runs, _names(r.ignore))
+    runs, digits = checked_runs_and_digits(r)
+    found, keys, notes = load_method_runs(runs, config_names(r.ignore, "ignore") or [])
     table = table1(at_paper_noise(found), keys)
-    paths = write_table1(table, r.out_dir, int(r.digits), notes)
+    paths = write_table1(table, r.out_dir, digits, notes)
     if len(found) and found["noise.name"].nunique() > 1:
         paths |= {f"noise {k}": v for k, v in
-                  write_noise_sweep(noise_sweep(found, keys), r.out_dir, int(r.digits)).items()}  # fmt: skip
+                  write_noise_sweep(noise_sweep(found, keys), r.out_dir, digits).items()}  # fmt: skip
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
-    print(display(table, int(r.digits)).to_markdown(index=False))
+    print(display(table, digits).to_markdown(index=False))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
 
 

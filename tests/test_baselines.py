@@ -49,15 +49,6 @@ CONF = REPO / "conf"
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny networks: more torch threads only contend (30x slower measured on 2 busy cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def states(system, n: int, seed: int = 0) -> torch.Tensor:
     return system.sample(n, torch.Generator().manual_seed(seed))
 

@@ -32,15 +32,6 @@ MODEL_CFG = {"name": "hnn", "hidden": [16, 32, 16], "activation": "tanh"}
 FAST = ["eval.grid_points=60", "eval.slice_points=41", "device=cpu"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: extra intra-op threads only contend on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def write_tiny_dataset(data_dir: Path) -> Path:
     """data/<system>/low/seed0.h5 with 12 train and 4 test trajectories (40 steps of 0.05)."""
     system = get_system(SYSTEM)

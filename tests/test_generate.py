@@ -24,15 +24,6 @@ TINY = [
 ]  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: extra intra-op threads only contend on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def exact_coupled_oscillator(y0: np.ndarray, t: np.ndarray, alpha: float = 0.5) -> np.ndarray:
     """y' = A y with A = [[alpha, 1], [-1, -alpha]] (H = p²/2 + q²/2 + alpha q p): (N, T+1, 2)."""
     A = torch.tensor([[alpha, 1.0], [-1.0, -alpha]], dtype=torch.float64)

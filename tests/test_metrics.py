@@ -27,15 +27,6 @@ from hnnsym.systems import get_system
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: extra intra-op threads only contend on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tensor(*values):
     return torch.tensor(values, dtype=F64)
 

@@ -32,15 +32,6 @@ HNN = {"name": "hnn", "hidden": [16, 32, 16], "activation": "tanh"}
 OSCILLATOR = {"name": "coupled_oscillator", "params": {"alpha": 0.5}}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP spinning against other processes."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # ---- the meter ---------------------------------------------------------------------------------
 def test_meter_counts_unique_saved_storages_on_a_known_chain():
     n = 1000
