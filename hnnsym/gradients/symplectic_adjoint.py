@@ -3,11 +3,13 @@
 Forward runs without a graph and keeps only the N+1 states. Backward, for n = N-1 ... 0, with
 λ = dL/dy_{n+1} (the loss's own jump ∂L/∂y_{n+1} added):
 
-  1. recompute the stages K of step n from y_n (seeded by y_{n+1}, so midpoint needs one pass);
-  2. build the graph of one step's stage equations K = F(K, y_n), F_i = f(Y_i);
-  3. solve the adjoint stage equations  μ = h (b ⊗ λ) + (∂F/∂K)ᵀ μ  by fixed-point iteration on
-     vector–Jacobian products;
-  4. λ_n = λ + (∂F/∂y)ᵀ μ,   dL/dθ += (∂F/∂θ)ᵀ μ.
+  1. recompute the stages K of step n from y_n, seeded by y_{n+1} (a one-stage method with b = 1,
+     i.e. implicit midpoint or symplectic Euler, needs no solve: K = (y_{n+1} - y_n) / h);
+  2. build the graph of f alone at the stage states Y_i = y_n + h Σ_j a_ij K_j, F_i = f(Y_i);
+  3. solve the adjoint stage equations  μ = h (b ⊗ λ) + (∂F/∂K)ᵀ μ,  with
+     (∂F/∂K)ᵀ μ = h Aᵀ v and v = Df(Y)ᵀ μ one vector–Jacobian product, by fixed-point iteration
+     (stopped on the contraction estimate θ/(1-θ)|Δμ|, Hairer & Wanner IV.8);
+  4. λ_n = λ + Σ_i v_i,   dL/dθ += (∂F/∂θ)ᵀ μ.
 
 With μ_i = h b_i Λ_i, step 3 reads Λ_i = λ + h Σ_j (b_j a_ji / b_i) Df(Y_j)ᵀ Λ_j: the adjoint
 system integrated with the symplectic partner tableau A*_ij = b_j (1 - a_ji / b_i) (Gauss–Legendre
