@@ -75,6 +75,17 @@ def now_utc() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """torch.load on the CPU (RNG states must stay CPU tensors; load_state_dict moves the rest),
+    with a one-line UserError for a truncated or foreign file."""
+    from hnnsym.cli import UserError
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # truncated or foreign files raise many kinds
+        raise UserError(f"cannot read checkpoint {path} ({type(err).__name__}: {err})") from err
+
+
 def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> None:
     """torch.save, atomically."""
     with atomic_path(path) as tmp:

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from hnnsym import plots
+from hnnsym.artifacts import load_checkpoint as read_checkpoint
 from hnnsym.artifacts import now_utc, sha256, versions, write_text
 from hnnsym.cli import UserError, configure, exits_cleanly, resolve_dtype
 from hnnsym.data import Dataset, read_dataset
@@ -69,10 +70,7 @@ def load_checkpoint(run_dir: Path, which: str) -> tuple[Path, dict]:
     path = run_dir / "checkpoints" / f"{which}.pt"
     if not path.exists():
         raise UserError(f"no checkpoint at {path}; run `{train_command()}` first")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # a truncated or foreign file: torch/pickle raise many kinds
-        raise UserError(f"cannot read checkpoint {path} ({type(err).__name__}: {err})") from err
+    payload = read_checkpoint(path)
     missing = [k for k in CHECKPOINT_KEYS if not isinstance(payload, dict) or k not in payload]
     if missing:
         raise UserError(f"checkpoint {path} lacks {missing}; was it written by hnnsym.train?")

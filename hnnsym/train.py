@@ -10,7 +10,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from hnnsym.artifacts import exclusive_dir, write_text
+from hnnsym.artifacts import exclusive_dir, load_checkpoint, write_text
 from hnnsym.cli import UserError, configure, exits_cleanly, resolve_dtype
 from hnnsym.data import random_windows, read_dataset
 from hnnsym.gradients import get_gradient
@@ -58,14 +58,6 @@ def prepare_run_dir(run_dir: Path, resume: bool | str, overwrite: bool) -> Path 
             f"train.overwrite=true to replace it"
         )
     return None
-
-
-def load_checkpoint(path: Path, device: torch.device) -> dict:
-    try:
-        # on the CPU: RNG states must stay CPU ByteTensors; load_state_dict moves the rest
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # truncated or foreign files raise many kinds
-        raise UserError(f"cannot read checkpoint {path} ({type(err).__name__}: {err})") from err
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
@@ -133,7 +125,7 @@ def fit(cfg: DictConfig, run_dir: Path, system, train, val, obs_dt: float, devic
         provenance(container, model_cfg, system.dim, system_info, data_file),
     )  # fmt: skip
     if resume_from is not None:
-        trainer.restore(load_checkpoint(resume_from, device), resume_from)
+        trainer.restore(load_checkpoint(resume_from), resume_from)
         print(f"resuming {run_dir} from epoch {trainer.state.epoch}")
     write_text(run_dir / "config.yaml", OmegaConf.to_yaml(container))
     try:
