@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import make_model
 from torch import Tensor, nn
 
 from hnnsym import integrate
@@ -29,20 +30,6 @@ INTEGRATORS = [
 ]
 MODELS = {"hnn": HNN, "separable_hnn": SeparableHNN}
 TOL = 1e-14
-
-
-def make_model(cls, d: int, seed: int, gain: float):
-    """A random-init model whose output layer(s) are scaled by ``gain``, so its flow moves states
-    by O(0.1–1) per step instead of the ~1e-2 of a fresh init (a test on a near-identity map
-    proves little)."""
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = cls(d, hidden=(16, 16)).to(F64)
-    with torch.no_grad():
-        for layer in model.modules():
-            if isinstance(layer, nn.Linear) and layer.out_features == 1:
-                layer.weight.mul_(gain)
-    return model
 
 
 class QuarticH(nn.Module):

@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from conftest import make_model
 from scipy.integrate import solve_ivp
 from torch.autograd.functional import jacobian
 
@@ -47,20 +48,6 @@ def unflagged(system):
     """The bare H function of a System: no ``separable`` flag, so every implicit method goes
     through the fixed-point solver (the System itself is flagged when its H is separable)."""
     return system.hamiltonian
-
-
-def make_model(cls, d: int, seed: int, gain: float):
-    """A random-init model whose output layer(s) are scaled by ``gain``, so its flow moves states
-    by O(0.1–1) per step instead of the ~1e-2 of a fresh init (a test on a near-identity map
-    proves little)."""
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = cls(d, hidden=(16, 16)).to(F64)
-    with torch.no_grad():
-        for layer in model.modules():
-            if isinstance(layer, torch.nn.Linear) and layer.out_features == 1:
-                layer.weight.mul_(gain)
-    return model
 
 
 # ---- independent reference: hand-written right-hand sides for scipy ---------------------------
