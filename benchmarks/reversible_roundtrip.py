@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from hnnsym.artifacts import now_utc, versions, write_text
 from hnnsym.integrators import ReversibleLeapfrog, Separable
-from hnnsym.systems import henon_heiles
+from hnnsym.systems import henon_heiles, henon_heiles_shell_states
 
 ENERGIES = [0.12, 0.13, 0.14, 0.15, 0.155, 0.16, 0.163, 0.166]
 
@@ -34,17 +34,6 @@ def hh_potential_grad(q: torch.Tensor) -> torch.Tensor:
     """∇V of Hénon–Heiles, V = (qx² + qy²)/2 + qx² qy - qy³/3."""
     qx, qy = q[..., 0], q[..., 1]
     return torch.stack([qx + 2 * qx * qy, qy + qx * qx - qy * qy], -1)
-
-
-def initial_states(energies: list[float], seed: int) -> torch.Tensor:
-    """(B, 4) states with qx = 0 on the given energy shells, qy and py drawn from ``seed``."""
-    g = torch.Generator().manual_seed(seed)
-    n = len(energies)
-    qy = -0.15 + 0.4 * torch.rand(n, generator=g, dtype=torch.float64)
-    py = -0.1 + 0.2 * torch.rand(n, generator=g, dtype=torch.float64)
-    E = torch.tensor(energies, dtype=torch.float64)
-    px = torch.sqrt(2 * (E - (0.5 * qy**2 - qy**3 / 3) - 0.5 * py**2))
-    return torch.stack([torch.zeros(n, dtype=torch.float64), qy, px, py], -1)
 
 
 def chunked(fn, x, h: float, steps: int, desc: str, chunks: int = 100):
@@ -78,7 +67,7 @@ def main() -> None:
     else:
         H = Separable(system)
     integ = ReversibleLeapfrog(frac_bits=args.frac_bits)
-    y0 = initial_states(ENERGIES, args.seed)
+    y0 = henon_heiles_shell_states(ENERGIES, torch.Generator().manual_seed(args.seed))
     auto_dV = integ.forces(Separable(system))[1]
     force_check = (hh_potential_grad(y0[:, :2]) - auto_dV(y0[:, :2])).abs().max().item()
     if force_check > 1e-15:

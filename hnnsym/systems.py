@@ -128,6 +128,18 @@ def henon_heiles(energy_max: float = 1.0 / 6.0) -> System:
     )  # fmt: skip
 
 
+def henon_heiles_shell_states(energies: list[float], generator: torch.Generator) -> Tensor:
+    """Hénon–Heiles states (B, 4) with q_x = 0 exactly on the energy shells ``energies``: q_y, p_y
+    drawn from ``generator`` (q_y in [-0.15, 0.25], p_y in [-0.1, 0.1]), p_x >= 0 solved from H = E.
+    Energies near the escape energy 1/6 give chaotic orbits."""
+    n = len(energies)
+    qy = -0.15 + 0.4 * torch.rand(n, generator=generator, dtype=torch.float64)
+    py = -0.1 + 0.2 * torch.rand(n, generator=generator, dtype=torch.float64)
+    E = torch.tensor(energies, dtype=torch.float64)
+    px = torch.sqrt(2 * (E - (0.5 * qy**2 - qy**3 / 3) - 0.5 * py**2))
+    return torch.stack([torch.zeros(n, dtype=torch.float64), qy, px, py], -1)
+
+
 def pendulum(g: float = 1.0, length: float = 1.0, mass: float = 1.0) -> System:
     def H(y: Tensor) -> Tensor:
         q, p = _split(y)

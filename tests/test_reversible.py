@@ -22,7 +22,7 @@ from hnnsym.integrators import (
     get_integrator,
 )
 from hnnsym.models import HNN, SeparableHNN
-from hnnsym.systems import henon_heiles
+from hnnsym.systems import henon_heiles, henon_heiles_shell_states
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 INT64_MAX = 2**63 - 1
@@ -35,14 +35,7 @@ def hh_potential_grad(q: torch.Tensor) -> torch.Tensor:
 
 
 def hh_initial_states(energies: list[float], seed: int = 0) -> torch.Tensor:
-    """States (B, 4) on the energy shells ``energies`` (near the escape energy 1/6: chaotic)."""
-    g = torch.Generator().manual_seed(seed)
-    n = len(energies)
-    qy = -0.15 + 0.4 * torch.rand(n, generator=g, dtype=torch.float64)
-    py = -0.1 + 0.2 * torch.rand(n, generator=g, dtype=torch.float64)
-    E = torch.tensor(energies, dtype=torch.float64)
-    px = torch.sqrt(2 * (E - (0.5 * qy**2 - qy**3 / 3) - 0.5 * py**2))
-    return torch.stack([torch.zeros(n, dtype=torch.float64), qy, px, py], -1)
+    return henon_heiles_shell_states(energies, torch.Generator().manual_seed(seed))
 
 
 @pytest.fixture(scope="module")
