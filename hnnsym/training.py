@@ -25,7 +25,7 @@ from hnnsym.artifacts import atomic_path, now_utc, save_checkpoint, sha256, vers
 from hnnsym.cli import UserError
 from hnnsym.data import random_windows
 from hnnsym.integrators import ConvergenceError, SolverStats
-from hnnsym.losses import Loss, WindowLoss  # noqa: F401 (WindowLoss lived here: re-exported)
+from hnnsym.losses import Loss
 
 
 @dataclass
