@@ -15,9 +15,10 @@ class UserError(Exception):
 
 
 def exits_cleanly(main: Callable) -> Callable:
-    """Wrap a stage's main: UserError (and ConvergenceError) become one line on stderr and exit 2.
-
-    Set HYDRA_FULL_ERROR=1 or HNNSYM_DEBUG=1 to get the traceback instead.
+    """Wrap a stage's main: UserError (and ConvergenceError) become one line on stderr and exit 2;
+    Ctrl-C (KeyboardInterrupt) becomes ``interrupted`` and exit 130 (artifacts are written
+    atomically, so an interrupted stage leaves none half-written; in a multirun the exit stops
+    the sweep). Set HYDRA_FULL_ERROR=1 or HNNSYM_DEBUG=1 to get the traceback instead.
     """
     from hnnsym.integrators import ConvergenceError
 
@@ -26,14 +27,23 @@ def exits_cleanly(main: Callable) -> Callable:
         try:
             return main(*args, **kwargs)
         except (UserError, ConvergenceError) as err:
-            if os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("HNNSYM_DEBUG") == "1":
+            if _debug():
                 raise
             print(f"error: {err}", file=sys.stderr)
             if _in_multirun():  # let the launcher mark this job failed and run the others
                 raise UserError(str(err)) from None
             sys.exit(2)
+        except KeyboardInterrupt:
+            if _debug():
+                raise
+            print("\ninterrupted", file=sys.stderr)
+            sys.exit(130)
 
     return wrapped
+
+
+def _debug() -> bool:
+    return os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("HNNSYM_DEBUG") == "1"
 
 
 def _in_multirun() -> bool:

@@ -35,21 +35,24 @@ from hnnsym.metrics import (
     rollout_metrics,
 )
 from hnnsym.models import model_from_checkpoint
+from hnnsym.schemas import validated
 from hnnsym.systems import System, get_system
 
 CHECKPOINT_KEYS = ("model", "model_config", "dim", "system")
 
 
-def check_config(e: DictConfig) -> None:
+def check_config(cfg: DictConfig) -> None:
+    """Types (hnnsym.schemas), then the ranges of the eval section."""
+    e = validated(cfg, "system", "noise", "eval").eval
     if e.checkpoint not in ("best", "last"):
         raise UserError(f"eval.checkpoint must be best or last, got {e.checkpoint!r}")
     for key, low in (("slice_points", 2), ("segment", 1), ("chunk", 1), ("plot_trajectories", 0),
                      ("scatter_points", 1)):  # fmt: skip
-        if int(e[key]) < low:
+        if e[key] < low:
             raise UserError(f"eval.{key} must be >= {low}, got {e[key]}")
     for key, low in (("grid_points", 2), ("rollout_steps", 1), ("max_trajectories", 1),
                      ("substeps", 1)):  # fmt: skip
-        if e[key] is not None and int(e[key]) < low:
+        if e[key] is not None and e[key] < low:
             raise UserError(f"eval.{key} must be null or >= {low}, got {e[key]}")
     if not 0 < e.valid_threshold < 1:
         raise UserError(
@@ -141,8 +144,8 @@ def draw_figures(
 def evaluate(cfg: DictConfig) -> dict:
     """Compute, draw and write everything for the run of ``cfg``; returns the metrics dict (as
     written to ``${run_dir}/eval/metrics.json``)."""
+    check_config(cfg)
     e = cfg.eval
-    check_config(e)
     device, dtype = configure(cfg), resolve_dtype(e.dtype)
     run_dir = Path(cfg.run_dir)
     out = run_dir / "eval"

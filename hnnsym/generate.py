@@ -30,6 +30,7 @@ from hnnsym.data import (
     write_dataset,
 )
 from hnnsym.integrators import ConvergenceError, SolverStats, get_integrator
+from hnnsym.schemas import validated
 from hnnsym.systems import System, get_system
 
 log = logging.getLogger(__name__)
@@ -37,38 +38,29 @@ log = logging.getLogger(__name__)
 
 def check_config(cfg: DictConfig) -> tuple[System, int, str]:
     """Validate the config before any work: (system, obs_dt / fine_dt, resolved config YAML)."""
+    g = validated(cfg, "system", "noise", "generate").generate
     try:
         resolved = OmegaConf.to_yaml(cfg, resolve=True)
     except OmegaConfBaseException as err:
         raise UserError(f"the config does not resolve: {str(err).splitlines()[0]}") from err
-    g = cfg.generate
     for key in ("n_train", "n_val", "n_test", "train_steps", "test_steps", "chunk", "max_iter"):
-        if not isinstance(g[key], int) or g[key] < 1:
-            raise UserError(f"generate.{key} must be a whole number >= 1, got {g[key]!r}")
-    every = observation_ratio(
-        _number(g.obs_dt, "generate.obs_dt"), _number(g.fine_dt, "generate.fine_dt")
-    )
-    if g.tol is not None and not _number(g.tol, "generate.tol") > 0:
+        if g[key] < 1:
+            raise UserError(f"generate.{key} must be >= 1, got {g[key]}")
+    every = observation_ratio(g.obs_dt, g.fine_dt)
+    if g.tol is not None and not g.tol > 0:
         raise UserError(f"generate.tol must be > 0 (or null), got {g.tol}")
-    std = _number(cfg.noise.std, "noise.std")
-    if not (math.isfinite(std) and std >= 0):
+    if not (math.isfinite(cfg.noise.std) and cfg.noise.std >= 0):
         raise UserError(f"noise.std must be a finite number >= 0, got {cfg.noise.std}")
     configure(cfg)  # threads and device, checked before any work
-    if not isinstance(cfg.seed, int) or cfg.seed < 0:
-        raise UserError(f"seed must be a whole number >= 0, got {cfg.seed!r}")
+    if cfg.seed < 0:
+        raise UserError(f"seed must be >= 0, got {cfg.seed}")
     try:
         get_integrator(g.integrator)
         system = get_system(cfg.system.name, **cfg.system.params)
     except (ValueError, TypeError) as err:
         raise UserError(str(err)) from err
-    refuse_overwrite(cfg.data_file, bool(g.overwrite))
+    refuse_overwrite(cfg.data_file, g.overwrite)
     return system, every, resolved
-
-
-def _number(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UserError(f"{name} must be a number, got {value!r}")
-    return float(value)
 
 
 def make_split(

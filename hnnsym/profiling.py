@@ -870,8 +870,9 @@ def from_config(cfg) -> tuple[list[Method], Setting, ProfileOptions, list[str]]:
     from omegaconf import OmegaConf
 
     from hnnsym.cli import UserError, resolve_device, resolve_dtype
+    from hnnsym.schemas import validated
 
-    p = OmegaConf.to_container(cfg.profile, resolve=True)
+    p = OmegaConf.to_container(validated(cfg, "system", "profile").profile, resolve=True)
     steps = p["steps"]
     if not isinstance(steps, list) or not steps or not all(_whole(s, 1) for s in steps):
         raise UserError(

@@ -18,12 +18,13 @@ from hnnsym.reporting import (
     formatted,
     write_report,
 )
+from hnnsym.schemas import validated
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="report")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:
-    r = cfg.report
+    r = validated(cfg, "report", common=False).report
     runs, digits = checked_runs_and_digits(r)
     if not str(r.name) or "/" in str(r.name):
         raise UserError(f"report.name must be a file name without '/', got {r.name!r}")

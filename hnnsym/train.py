@@ -17,18 +17,17 @@ from hnnsym.gradients import get_gradient
 from hnnsym.integrators import integrator_from_config
 from hnnsym.losses import LossContext, build_loss
 from hnnsym.models import model_from_config
+from hnnsym.schemas import validated
 from hnnsym.systems import get_system
 from hnnsym.training import Trainer, provenance
 
 
 def check_config(cfg: DictConfig) -> None:
-    t = cfg.train
+    """Types (hnnsym.schemas), then the ranges and cross-field rules of the train section."""
+    t = validated(cfg, "system", "noise", "train").train
     for key in ("epochs", "batch_size", "window", "segments", "substeps", "val_batch_size"):
-        if isinstance(t[key], bool) or not isinstance(t[key], int) or t[key] < 1:
-            raise UserError(f"train.{key} must be a whole number >= 1, got {t[key]!r}")
-    for key in ("lr", "weight_decay"):
-        if isinstance(t[key], bool) or not isinstance(t[key], (int, float)):
-            raise UserError(f"train.{key} must be a number, got {t[key]!r}")
+        if t[key] < 1:
+            raise UserError(f"train.{key} must be >= 1, got {t[key]}")
     if not t.lr > 0:
         raise UserError(f"train.lr must be > 0, got {t.lr}")
     if t.window % t.segments:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -69,13 +71,19 @@ def test_experiment_overrides_the_stage_defaults(compose_config):
         ("generate.obs_dt=-0.01", "obs_dt and fine_dt must be finite and > 0"),
         ("generate.fine_dt=0.003", "obs_dt=0.01 must be a whole multiple of fine_dt=0.003"),
         ("noise.std=-0.1", "noise.std must be a finite number >= 0, got -0.1"),
-        ("noise.std=abc", "noise.std must be a number, got 'abc'"),
-        ("generate.n_train=0", "generate.n_train must be a whole number >= 1, got 0"),
-        ("generate.n_test=2.5", "generate.n_test must be a whole number >= 1, got 2.5"),
-        ("generate.test_steps=0", "generate.test_steps must be a whole number >= 1"),
+        ("noise.std=abc", "noise.std: Value 'abc' of type 'str' could not be converted to Float"),
+        ("generate.n_train=0", "generate.n_train must be >= 1, got 0"),
+        (
+            "generate.n_test=2.5",
+            "generate.n_test: Value '2.5' of type 'float' could not be converted to Integer",
+        ),
+        ("generate.test_steps=0", "generate.test_steps must be >= 1"),
         ("generate.tol=0", "generate.tol must be > 0"),
         ("threads=0", "threads must be >= 1 or null"),
-        ("seed=-1", "seed must be a whole number >= 0"),
+        ("seed=-1", "seed must be >= 0"),
+        ("seed=one", "seed: Value 'one' of type 'str' could not be converted to Integer"),
+        ("+generate.n_trian=5", "generate.n_trian: Key 'n_trian' not in 'GenerateSchema'"),
+        ("generate.overwrite=maybe", "generate.overwrite: Value 'maybe' is not a valid bool"),
         ("generate.integrator=rk45", "unknown integrator 'rk45'"),
         ("system.name=lorenz", "unknown system 'lorenz'"),
         ("+system.params.beta=1", "unexpected keyword argument 'beta'"),
@@ -233,3 +241,27 @@ def test_henon_heiles_ground_truth_conserves_energy(compose_config, tmp_path):
     assert (H - H[:, :1]).abs().max() < 1e-14
     assert stats.unconverged == 0 and stats.steps == 30 * every
     assert not np.array_equal(split.observed, split.clean)
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_generating_leaves_nothing_behind(tmp_path):
+    """SIGINT in the middle of a generation (not in training, which has its own test): one line,
+    exit 130, no data file and no temporary file."""
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    overrides = ["system=henon_heiles", f"data_dir={tmp_path}", "generate.n_train=256",
+                 "generate.n_val=400000", "generate.chunk=1024"]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hnnsym.generate", *overrides, f"hydra.run.dir={tmp_path}/hydra"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    log = tmp_path / "hydra" / "generate.log"
+    deadline = time.monotonic() + 120
+    while not (log.exists() and "train:" in log.read_text()):  # in the middle of the val split
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr.decode()
+    assert "interrupted" in stderr.decode() and "Traceback" not in stderr.decode()
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["generate.log"]

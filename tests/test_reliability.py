@@ -115,8 +115,13 @@ def test_unknown_config_option_and_key(tmp):
         ("train.lr=-1", "train.lr must be > 0"),
         ("train.window=5", "multiple of train.segments"),  # with segments=2 below
         ("threads=0", "threads must be >= 1"),
-        ("train.epochs=abc", "train.epochs must be a whole number >= 1, got 'abc'"),
-        ("train.lr=fast", "train.lr must be a number"),
+        (
+            "train.epochs=abc",
+            "train.epochs: Value 'abc' of type 'str' could not be converted to Integer",
+        ),
+        ("train.lr=fast", "train.lr: Value 'fast' of type 'str' could not be converted to Float"),
+        ("+train.epoch=3", "train.epoch: Key 'epoch' not in 'TrainSchema'"),
+        ("train.progress=maybe", "train.progress: Value 'maybe' is not a valid bool"),
     ],
 )
 def test_non_physical_training_values(tmp, override, fragment):

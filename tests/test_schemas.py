@@ -1,0 +1,83 @@
+"""Typed config schemas (hnnsym.schemas): every stage's composed defaults pass, and a wrong type
+or a misspelt key in any checked section is one UserError line naming the key."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from hnnsym.cli import UserError
+from hnnsym.schemas import SECTIONS, validated
+
+STAGE_SECTIONS = {
+    "generate": ("system", "noise", "generate"),
+    "train": ("system", "noise", "train"),
+    "evaluate": ("system", "noise", "eval"),
+    "profile": ("system", "profile"),
+    "report": ("report",),
+}
+
+
+CASES = [(stage, None) for stage in STAGE_SECTIONS] + [
+    ("generate", "demo"), ("train", "demo"), ("evaluate", "demo"),
+    ("train", "table1_nssnn"), ("evaluate", "table1_node"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("stage", "experiment"), CASES)
+def test_the_shipped_configs_match_their_schemas(compose_config, stage, experiment):
+    overrides = [f"experiment={experiment}"] if experiment else []
+    cfg = compose_config(stage, overrides)
+    before = OmegaConf.to_container(cfg, resolve=False)
+    validated(cfg, *STAGE_SECTIONS[stage], common=stage != "report")
+    for name in STAGE_SECTIONS[stage]:  # same values after the check (types may only widen)
+        assert (
+            OmegaConf.to_container(cfg[name], resolve=True)
+            == OmegaConf.to_container(OmegaConf.create(before)[name], resolve=True)
+            or name == "profile"
+        )  # profile.dtype: ${dtype} reads back resolved
+
+
+def test_every_schema_field_is_in_the_yaml(compose_config):
+    """A key in a schema but not in conf/ would be MISSING for every run; and the reverse is what
+    the struct check refuses. Both directions: the schema and the YAML list the same keys."""
+    for stage, sections in STAGE_SECTIONS.items():
+        cfg = compose_config(stage)
+        for name in sections:
+            schema_keys = set(OmegaConf.structured(SECTIONS[name]).keys())
+            assert schema_keys == set(cfg[name].keys()) or name == "system", (stage, name)
+
+
+@pytest.mark.parametrize(
+    ("stage", "override", "message"),
+    [
+        ("train", "train.batch_size=big", "train.batch_size: Value 'big' of type 'str' could not be converted to Integer"),
+        ("train", "train.plateau.patience=1.5", "train.plateau.patience: Value '1.5' of type 'float'"),
+        ("train", "+train.early_stop.min_deltas=1", "train.early_stop.min_deltas: Key 'min_deltas' not in"),
+        ("train", "train.max_train=all", "train.max_train: Value 'all' of type 'str' could not be converted to Integer"),
+        ("train", "seed=first", "seed: Value 'first' of type 'str' could not be converted to Integer"),
+        ("train", "threads=many", "threads: Value 'many'"),
+        ("train", "system.params.alpha=strong", "system.params.alpha: Value 'strong' of type 'str'"),
+        ("generate", "generate.obs_dt=fast", "generate.obs_dt: Value 'fast' of type 'str' could not be converted to Float"),
+        ("evaluate", "eval.figures=maybe", "eval.figures: Value 'maybe' is not a valid bool"),
+        ("evaluate", "eval.grid_points=1e5", "eval.grid_points: Value '100000.0' of type 'float'"),
+        ("profile", "profile.steps=[4,many]", "profile.steps[1]: Value 'many' of type 'str'"),
+        ("profile", "profile.exact.iterations=x", "profile.exact.iterations: Value 'x' of type 'str'"),
+        ("report", "report.digits=three", "report.digits: Value 'three' of type 'str'"),
+        ("report", "+report.colour=red", "report.colour: Key 'colour' not in 'ReportSchema'"),
+    ],
+)  # fmt: skip
+def test_type_errors_are_one_line(compose_config, stage, override, message):
+    cfg = compose_config(
+        stage, [override] + (["system=coupled_oscillator"] if "alpha" in override else [])
+    )
+    with pytest.raises(UserError) as err:
+        validated(cfg, *STAGE_SECTIONS[stage], common=stage != "report")
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_checked_values_are_converted(compose_config):
+    cfg = validated(compose_config("train", ["train.lr=1", "noise.std=0"]), "train", "noise")
+    assert isinstance(cfg.train.lr, float) and cfg.train.lr == 1.0
+    assert isinstance(cfg.noise.std, float)
