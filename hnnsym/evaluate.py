@@ -43,7 +43,7 @@ CHECKPOINT_KEYS = ("model", "model_config", "dim", "system")
 
 def check_config(cfg: DictConfig) -> None:
     """Types (hnnsym.schemas), then the ranges of the eval section."""
-    e = validated(cfg, "system", "noise", "eval").eval
+    e = validated(cfg, "system", "noise", "train", "eval").eval
     if e.checkpoint not in ("best", "last"):
         raise UserError(f"eval.checkpoint must be best or last, got {e.checkpoint!r}")
     for key, low in (("slice_points", 2), ("segment", 1), ("chunk", 1), ("plot_trajectories", 0),
@@ -139,6 +139,16 @@ def draw_figures(
                                  generator=torch.Generator().manual_seed(cfg.seed))  # fmt: skip
         figures.append("training_data")
     return figures
+
+
+def recorded_config(cfg: DictConfig, payload: dict) -> dict:
+    """This evaluation's resolved config, its ``train`` section the one the checkpoint was trained
+    with (evaluate composes ``train`` only so that train's overrides are accepted here too)."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    trained = (payload.get("config") or {}).get("train")
+    if trained is not None:
+        config["train"] = trained
+    return config
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -243,7 +253,7 @@ def evaluate(cfg: DictConfig) -> dict:
         "system": {"name": system.name, "params": dict(system.params)},
         "model_config": payload["model_config"],
         "files": {"rollout": "rollout.csv", "figures": [f"{f}.png" for f in figures]},
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": recorded_config(cfg, payload),
         "versions": versions(),
         "created": now_utc(),
     }

@@ -147,9 +147,9 @@ def fit(cfg: DictConfig, run_dir: Path, system, train, val, obs_dt: float, devic
 
 
 def shared_overrides() -> list[str]:
-    """This run's command-line overrides that the other stages understand (not train.*)."""
+    """This run's command-line overrides, for evaluate (which composes the train section too)."""
     task = HydraConfig.get().overrides.task
-    return [o for o in task if not o.lstrip("+~").startswith(("train.", "hydra"))]
+    return [o for o in task if not o.lstrip("+~").startswith("hydra")]
 
 
 if __name__ == "__main__":

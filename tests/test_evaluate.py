@@ -232,3 +232,18 @@ def test_corrupt_checkpoint_is_a_user_error(data_dir, tmp_path):
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(UserError, match="cannot read checkpoint"):
         evaluate(compose_cfg(data_dir, tmp_path / "run"))
+
+
+def test_train_overrides_are_accepted_and_the_checkpoints_train_config_recorded(data_dir, tmp_path):
+    """A sweep's overrides work unchanged in evaluate (`train.lr` in a run_dir template), and
+    eval/metrics.json records the train section the checkpoint was trained with, not evaluate's."""
+    write_checkpoint(tmp_path / "lr0.5", untrained(), data_file(data_dir))
+    cfg = compose_cfg(
+        data_dir, tmp_path, "train.lr=0.5", f"run_dir={tmp_path}/lr${{train.lr}}",
+        "eval.figures=false", "eval.max_trajectories=2", "eval.rollout_steps=5",
+    )  # fmt: skip
+    assert cfg.run_dir == f"{tmp_path}/lr0.5"
+    saved = evaluate(cfg)
+    assert saved["config"]["train"] == {"substeps": 1}  # write_checkpoint's, not train.lr=0.5
+    with pytest.raises(UserError, match="train.lr: Value 'fast'"):
+        evaluate(compose_cfg(data_dir, tmp_path, "train.lr=fast"))

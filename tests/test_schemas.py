@@ -12,7 +12,7 @@ from hnnsym.schemas import SECTIONS, validated
 STAGE_SECTIONS = {
     "generate": ("system", "noise", "generate"),
     "train": ("system", "noise", "train"),
-    "evaluate": ("system", "noise", "eval"),
+    "evaluate": ("system", "noise", "train", "eval"),
     "profile": ("system", "profile"),
     "report": ("report",),
 }
