@@ -139,7 +139,15 @@ class Trainer:
             if not torch.isfinite(loss):
                 raise _Diverged(f"loss {loss.item()} at epoch {self.state.epoch + 1}, batch {k}")
             loss.backward()
-            self.optimizer.step()
+            try:
+                self.optimizer.step()
+            except RuntimeError as err:  # e.g. a step size beyond the dtype's range
+                raise _Diverged(f"the optimizer step failed at epoch {self.state.epoch + 1}, "
+                                f"batch {k} ({err})") from err  # fmt: skip
+            if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+                raise _Diverged(
+                    f"non-finite parameters after the step at epoch {self.state.epoch + 1}, batch {k}"
+                )
             running += (loss.item() - running) / (k + 1)
             bar.set_postfix(loss=f"{running:.3e}")
         val = self.validate()

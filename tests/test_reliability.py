@@ -3,6 +3,7 @@ bitwise identical to an uninterrupted run; training is deterministic."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -16,6 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+
+from hnnsym.cli import UserError
 
 pytestmark = pytest.mark.slow
 
@@ -242,3 +245,46 @@ def test_a_run_dir_in_use_by_a_live_job_is_refused_and_a_dead_ones_lock_taken_ov
     # the owner is gone now: its lock is stale and is taken over
     assert cli("train", tmp, *TINY_TRAIN, "train.epochs=1").returncode == 0
     assert not (run / ".lock").exists()
+
+
+# ---- divergence (unit level: a loss that turns bad on cue) ------------------------------------
+class _TurnsBad:
+    """A stand-in loss: the mean squared output of the model until ``bad_epoch``, then ``how``."""
+
+    def __init__(self, bad_epoch: int, how: str):
+        self.bad_epoch, self.how, self.trainer = bad_epoch, how, None
+
+    def __call__(self, model, windows, stats=None):
+        out = model(windows[0])
+        if self.trainer.state.epoch + 1 < self.bad_epoch:
+            return (out**2).mean()
+        if self.how == "nan_loss":
+            return (out**2).mean() * float("nan")
+        out.register_hook(lambda grad: grad * math.inf)  # a finite loss, an infinite gradient
+        return (out**2).mean()
+
+
+@pytest.mark.parametrize(("how", "said"), [("nan_loss", "loss nan"), ("inf_step", "non-finite")])
+def test_diverging_training_stops_and_keeps_the_last_good_checkpoint(
+    compose_config, tmp_path, how, said
+):
+    from hnnsym.models import HNN
+    from hnnsym.training import Trainer
+
+    cfg = compose_config("train", ["train.epochs=5", "train.batch_size=8", "train.progress=false"])
+    torch.manual_seed(0)
+    model = HNN(1).double()
+    data = torch.randn(16, 8, 2, dtype=torch.float64)
+    loss = _TurnsBad(bad_epoch=3, how=how)
+    trainer = Trainer(model, loss, data, data[:4, :7].transpose(0, 1), cfg, tmp_path,
+                      torch.Generator().manual_seed(0), {"model_config": {}})  # fmt: skip
+    loss.trainer = trainer
+    with pytest.raises(UserError) as err:
+        trainer.fit()
+    message = str(err.value)
+    assert message.startswith("training diverged") and said in message, message
+    assert "last good checkpoint is kept" in message and "(epoch 2)" in message
+    kept = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
+    assert kept["epoch"] == 2
+    assert all(torch.isfinite(v).all() for v in kept["model"].values())
+    assert len(pd.read_csv(tmp_path / "metrics.csv")) == 2
