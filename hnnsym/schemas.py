@@ -68,6 +68,7 @@ class TrainSchema:
     substeps: int = MISSING
     lr: float = MISSING
     weight_decay: float = MISSING
+    schedule: str = MISSING
     plateau: PlateauSchema = field(default_factory=PlateauSchema)
     early_stop: EarlyStopSchema = field(default_factory=EarlyStopSchema)
     val_batch_size: int = MISSING

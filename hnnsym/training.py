@@ -62,9 +62,7 @@ class Trainer:
         self.provenance = provenance
         t = cfg.train
         self.optimizer = torch.optim.Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            self.optimizer, factor=t.plateau.factor, patience=t.plateau.patience
-        )
+        self.scheduler = learning_rate_schedule(self.optimizer, t)
         self.state = TrainState()
 
     # ---- checkpoints -------------------------------------------------------------------------
@@ -197,7 +195,10 @@ class Trainer:
             s.epoch += 1
             s.elapsed = row["wall_time"]
             s.history.append(row)
-            self.scheduler.step(row["val_loss"])
+            if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                self.scheduler.step(row["val_loss"])
+            else:
+                self.scheduler.step()
             improved = row["val_loss"] < s.best_val * (1 - t.early_stop.min_delta)
             if row["val_loss"] < s.best_val:
                 s.best_val, s.best_epoch, s.time_to_best = row["val_loss"], s.epoch, s.elapsed
@@ -217,6 +218,21 @@ class Trainer:
                 f"lr {row['lr']:.1e}  {row['epoch_time']:.1f}s"
             )
         return s
+
+
+SCHEDULES = ("plateau", "cosine")
+
+
+def learning_rate_schedule(optimizer: torch.optim.Optimizer, t: Any):
+    """``train.schedule``: plateau (ReduceLROnPlateau on the validation loss, ``train.plateau``)
+    or cosine (CosineAnnealingLR from ``train.lr`` to 0 over ``train.epochs``), stepped per epoch."""
+    if t.schedule == "plateau":
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, factor=t.plateau.factor, patience=t.plateau.patience
+        )
+    if t.schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=t.epochs)
+    raise UserError(f"train.schedule must be one of {SCHEDULES}, got {t.schedule!r}")
 
 
 class _Diverged(RuntimeError):
