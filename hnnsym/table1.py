@@ -248,16 +248,33 @@ def noise_sweep(runs: pd.DataFrame, keys: Sequence[str] = ()) -> pd.DataFrame:
     return agg.assign(_rank=rank).sort_values(["_rank", "noise.std"]).drop(columns="_rank")
 
 
-def plot_noise_sweep(table: pd.DataFrame, path: str | Path, metric: str = "h_l1") -> None:
+def setting_labels(table: pd.DataFrame, keys: Sequence[str] = ()) -> pd.Series:
+    """The method of each row, with the ``keys`` whose value differs from the table's most common
+    one appended (``This work, train.epochs=100``), so that settings of one method stay apart."""
+    columns = [display_name(k) for k in keys]
+    modes = {c: table[c].astype(str).mode().iloc[0] for c in columns}
+
+    def label(row: pd.Series) -> str:
+        extra = [f"{c}={row[c]}" for c in columns if str(row[c]) != modes[c]]
+        return ", ".join([row["method"], *extra])
+
+    return table.apply(label, axis=1) if len(table) else table["method"]
+
+
+def plot_noise_sweep(
+    table: pd.DataFrame, path: str | Path, metric: str = "h_l1", keys: Sequence[str] = ()
+) -> None:
     """``metric`` (mean ± std over seeds) against the noise std, one panel per system, one line
-    per method (methods without the metric, NODE for h_l1, are left out)."""
+    per method and setting (``setting_labels``; methods without the metric, NODE for h_l1, are
+    left out)."""
+    table = table.assign(setting=setting_labels(table, keys))
     systems = list(dict.fromkeys(table["system"]))
     fig = Figure(figsize=(4.2 * len(systems), 3.6), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(systems), squeeze=False)[0]
     for ax, system in zip(axes, systems):
         part = table[table["system"] == system]
-        for method, rows in part.groupby("method", sort=False):
+        for method, rows in part.groupby("setting", sort=False):
             rows = rows[rows[f"{metric}_mean"].notna()]
             if len(rows):
                 ax.errorbar(rows["noise.std"], rows[f"{metric}_mean"],
@@ -274,8 +291,11 @@ def plot_noise_sweep(table: pd.DataFrame, path: str | Path, metric: str = "h_l1"
         fig.savefig(tmp, format="png", dpi=120)
 
 
-def write_noise_sweep(table: pd.DataFrame, out_dir: str | Path, digits: int = 3) -> dict[str, Path]:
-    """``noise_sweep.csv``, ``noise_sweep.md`` and ``noise_sweep.png`` (h_l1 vs noise)."""
+def write_noise_sweep(
+    table: pd.DataFrame, out_dir: str | Path, digits: int = 3, keys: Sequence[str] = ()
+) -> dict[str, Path]:
+    """``noise_sweep.csv``, ``noise_sweep.md`` and ``noise_sweep.png`` (h_l1 vs noise; ``keys``:
+    the config keys that vary within a method, as given to ``noise_sweep``)."""
     out_dir = Path(out_dir)
     paths = {ext: out_dir / f"noise_sweep.{ext}" for ext in ("csv", "md", "png")}
     write_text(paths["csv"], table.to_csv(index=False))
@@ -285,7 +305,7 @@ def write_noise_sweep(table: pd.DataFrame, out_dir: str | Path, digits: int = 3)
         "# H error against observation noise\n\nmean ± sample std over n seeds; noise.std is "
         f"the std of the Gaussian noise on every observed state.\n\n{body}\n",
     )
-    plot_noise_sweep(table, paths["png"])
+    plot_noise_sweep(table, paths["png"], keys=keys)
     return paths
 
 
@@ -299,7 +319,7 @@ def main(cfg: DictConfig) -> None:
     paths = write_table1(table, r.out_dir, digits, notes)
     if len(found) and found["noise.name"].nunique() > 1:
         paths |= {f"noise {k}": v for k, v in
-                  write_noise_sweep(noise_sweep(found, keys), r.out_dir, digits).items()}  # fmt: skip
+                  write_noise_sweep(noise_sweep(found, keys), r.out_dir, digits, keys).items()}  # fmt: skip
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
     print(display(table, digits).to_markdown(index=False))

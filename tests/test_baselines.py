@@ -40,6 +40,7 @@ from hnnsym.table1 import (
     build_table1,
     load_method_runs,
     noise_sweep,
+    setting_labels,
     write_noise_sweep,
     write_table1,
 )
@@ -475,3 +476,14 @@ def test_each_baseline_trains_evaluates_and_lands_in_table1(tmp_path):
     ours = table[table["n"] > 0].set_index("method")
     assert set(ours.index) == {"SHNN", "NSSNN", "HNN (derivative)", "NODE"}
     assert math.isnan(ours.loc["NODE", "h_l1_mean"]) and ours.loc["SHNN", "time_to_best_mean"] > 0
+
+
+def test_settings_of_one_method_get_their_own_line_label():
+    table = pd.DataFrame({
+        "method": ["This work", "This work", "SHNN", "This work"],
+        "train.epochs": [25, 100, 25, 25],
+        "noise.std": [0.01, 0.01, 0.01, 0.1],
+    })  # fmt: skip
+    labels = setting_labels(table, ["train.epochs"])
+    assert list(labels) == ["This work", "This work, train.epochs=100", "SHNN", "This work"]
+    assert list(setting_labels(table)) == list(table["method"])
