@@ -77,8 +77,9 @@ figures: install
 	     results/figures/$${s}_$$f.png || exit 1; done; done
 
 noise-sweep: install
-	@echo "noise-sweep: 4 methods x 3 systems x 4 noise levels x 3 seeds = 144 runs: about 2-3 h"
-	@echo "  on a busy 2-core machine (27 more data files); the noise=low runs are table1's"
+	@echo "noise-sweep: 4 methods x 3 systems x 4 noise levels x 3 seeds = 144 runs. Measured on"
+	@echo "  this 2-core machine: about 1 h after make table1 (27 more data files 18 min, 108 more"
+	@echo "  runs 30 min, evaluation 8 min); the noise=low runs are table1's"
 	$(call generate_missing,$(NOISES))
 	$(PY) -m hnnsym.train -m experiment=$(NOISE_METHODS) noise=$(subst $(space),$(comma),$(NOISES)) $(T1_AXES) train.resume=auto
 	$(PY) -m hnnsym.evaluate -m experiment=$(NOISE_METHODS) noise=$(subst $(space),$(comma),$(NOISES)) $(T1_AXES) eval.figures=false
