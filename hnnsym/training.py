@@ -98,6 +98,11 @@ class Trainer:
             self.model.load_state_dict(payload["model"])
         except RuntimeError as err:
             raise UserError(f"checkpoint {path} does not fit the model: {err}") from err
+        saved = ((payload.get("config") or {}).get("train") or {}).get("schedule", "plateau")
+        if saved != self.cfg.train.schedule:
+            raise UserError(
+                f"checkpoint {path} was trained with train.schedule={saved}; resume with it"
+            )
         self.optimizer.load_state_dict(payload["optimizer"])
         self.scheduler.load_state_dict(payload["scheduler"])
         self.generator.set_state(payload["generator"])

@@ -45,3 +45,14 @@ def test_plateau_schedule_halves_after_patience(compose_config, tmp_path):
 def test_unknown_schedule_is_a_user_error(compose_config, tmp_path):
     with pytest.raises(UserError, match="train.schedule must be one of"):
         fitted(compose_config, tmp_path, "train.schedule=linear")
+
+
+def test_resume_refuses_another_schedule(compose_config, tmp_path):
+    fitted(compose_config, tmp_path, "train.epochs=2", "train.schedule=cosine")
+    cfg = compose_config("train", ["train.epochs=3", "train.progress=false"])  # plateau
+    payload = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
+    payload["config"] = {"train": {"schedule": "cosine"}}
+    trainer = Trainer(HNN(1).double(), squared_output, torch.zeros(4, 8, 2), torch.zeros(7, 2, 2),
+                      cfg, tmp_path, torch.Generator(), {"model_config": {}})  # fmt: skip
+    with pytest.raises(UserError, match="train.schedule=cosine; resume with it"):
+        trainer.restore(payload, tmp_path / "checkpoints" / "last.pt")
