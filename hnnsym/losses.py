@@ -28,7 +28,7 @@ Here f_θ = J⁻¹∇H_θ (``hnnsym.dynamics.vector_field``) and h the observati
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Protocol
 
 import torch
@@ -49,20 +49,31 @@ class Loss(Protocol):
 
 
 @dataclass
-class WindowLoss:
-    """``rollout``: the training loss of seed 000 over windows (τ+1, B, 2d) of observations.
+class LossContext:
+    """What a loss may be built from: the integrator and gradient method of the run, the
+    observation interval ``obs_dt`` and the train options (substeps, segments, init)."""
+
+    integrator: Integrator
+    gradient: GradientMethod | str
+    obs_dt: float
+    substeps: int = 1
+    segments: int = 1
+    init: str = "observed"
+    init_iterations: int = 1
+
+
+@dataclass
+class WindowLoss(LossContext):
+    """``rollout``: the training loss of seed 000 over windows (τ+1, B, 2d) of observations, made
+    from the run's LossContext; it integrates with step h = obs_dt / substeps.
 
     With ``segments`` = S > 1 the window is cut into S pieces of τ/S steps, each started from its
     own observed (or smoothed) state (multiple shooting). ``init``: see the module doc.
     """
 
-    integrator: Integrator
-    gradient: GradientMethod | str
-    h: float
-    substeps: int = 1
-    segments: int = 1
-    init: str = "observed"
-    init_iterations: int = 1
+    @property
+    def h(self) -> float:
+        return self.obs_dt / self.substeps
 
     def __post_init__(self):
         if self.init not in INITS:
@@ -155,30 +166,8 @@ class DerivativeLoss:
         return ((target - f) ** 2).sum(dim=(0, 2)).mean()
 
 
-@dataclass
-class LossContext:
-    """What a loss may be built from: the integrator and gradient method of the run, the
-    observation interval ``obs_dt`` and the train options (substeps, segments, init)."""
-
-    integrator: Integrator
-    gradient: GradientMethod | str
-    obs_dt: float
-    substeps: int = 1
-    segments: int = 1
-    init: str = "observed"
-    init_iterations: int = 1
-
-
 LOSSES: dict[str, Callable[[LossContext], Loss]] = {
-    "rollout": lambda c: WindowLoss(
-        c.integrator,
-        c.gradient,
-        c.obs_dt / c.substeps,
-        c.substeps,
-        c.segments,
-        c.init,
-        c.init_iterations,
-    ),  # fmt: skip
+    "rollout": lambda c: WindowLoss(**{f.name: getattr(c, f.name) for f in fields(c)}),
     "finite_difference_midpoint": lambda c: FiniteDifferenceLoss(c.obs_dt, "midpoint"),
     "finite_difference_euler": lambda c: FiniteDifferenceLoss(c.obs_dt, "euler"),
     "derivative": lambda c: DerivativeLoss(c.obs_dt),
