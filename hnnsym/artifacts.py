@@ -86,6 +86,11 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
         raise UserError(f"cannot read checkpoint {path} ({type(err).__name__}: {err})") from err
 
 
+def trained_options(payload: dict) -> dict:
+    """The ``train`` section of the resolved config a checkpoint was trained with ({} if none)."""
+    return (payload.get("config") or {}).get("train") or {}
+
+
 def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> None:
     """torch.save, atomically."""
     with atomic_path(path) as tmp:

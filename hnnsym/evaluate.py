@@ -21,7 +21,7 @@ from torch import nn
 
 from hnnsym import plots
 from hnnsym.artifacts import load_checkpoint as read_checkpoint
-from hnnsym.artifacts import now_utc, sha256, versions, write_text
+from hnnsym.artifacts import now_utc, sha256, trained_options, versions, write_text
 from hnnsym.cli import UserError, configure, exits_cleanly, resolve_dtype
 from hnnsym.data import Dataset, read_dataset
 from hnnsym.dynamics import has_hamiltonian
@@ -145,8 +145,7 @@ def recorded_config(cfg: DictConfig, payload: dict) -> dict:
     """This evaluation's resolved config, its ``train`` section the one the checkpoint was trained
     with (evaluate composes ``train`` only so that train's overrides are accepted here too)."""
     config = OmegaConf.to_container(cfg, resolve=True)
-    trained = (payload.get("config") or {}).get("train")
-    if trained is not None:
+    if trained := trained_options(payload):
         config["train"] = trained
     return config
 
@@ -196,8 +195,7 @@ def evaluate(cfg: DictConfig) -> dict:
     n = min(int(e.max_trajectories or test.clean.shape[0]), test.clean.shape[0])
     truth = torch.as_tensor(test.clean[:n, : steps + 1]).transpose(0, 1).to(device, dtype)
     t = torch.as_tensor(test.t[: steps + 1]).to(device, dtype)
-    train_cfg = (payload.get("config") or {}).get("train") or {}
-    substeps = int(e.substeps or train_cfg.get("substeps") or 1)
+    substeps = int(e.substeps or trained_options(payload).get("substeps") or 1)
 
     # grid errors of H and of its vector field
     points = int(e.grid_points or default_grid_points(system.dim))

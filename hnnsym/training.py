@@ -21,7 +21,14 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from hnnsym.artifacts import atomic_path, now_utc, save_checkpoint, sha256, versions
+from hnnsym.artifacts import (
+    atomic_path,
+    now_utc,
+    save_checkpoint,
+    sha256,
+    trained_options,
+    versions,
+)
 from hnnsym.cli import UserError
 from hnnsym.data import random_windows
 from hnnsym.integrators import ConvergenceError, SolverStats
@@ -98,7 +105,7 @@ class Trainer:
             self.model.load_state_dict(payload["model"])
         except RuntimeError as err:
             raise UserError(f"checkpoint {path} does not fit the model: {err}") from err
-        saved = ((payload.get("config") or {}).get("train") or {}).get("schedule", "plateau")
+        saved = trained_options(payload).get("schedule", "plateau")
         if saved != self.cfg.train.schedule:
             raise UserError(
                 f"checkpoint {path} was trained with train.schedule={saved}; resume with it"
