@@ -94,3 +94,16 @@ def make_model(cls, d: int, seed: int, gain: float) -> torch.nn.Module:
             if isinstance(layer, torch.nn.Linear) and layer.out_features == 1:
                 layer.weight.mul_(gain)
     return model
+
+
+def tiny_trainer(cfg, loss, run_dir: Path):
+    """A Trainer of a fresh float64 HNN(1) on 16 random trajectories of 8 states (seeded), its
+    validation windows the first 4 of them: for tests of the training loop with a stand-in loss."""
+    from hnnsym.models import HNN
+    from hnnsym.training import Trainer
+
+    torch.manual_seed(0)
+    data = torch.randn(16, 8, 2, dtype=torch.float64)
+    model = HNN(1).double()
+    return Trainer(model, loss, data, data[:4, :7].transpose(0, 1), cfg, run_dir,
+                   torch.Generator().manual_seed(0), {"model_config": {}})  # fmt: skip

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import tiny_trainer
 
 from hnnsym.cli import UserError
 
@@ -268,17 +269,9 @@ class _TurnsBad:
 def test_diverging_training_stops_and_keeps_the_last_good_checkpoint(
     compose_config, tmp_path, how, said
 ):
-    from hnnsym.models import HNN
-    from hnnsym.training import Trainer
-
     cfg = compose_config("train", ["train.epochs=5", "train.batch_size=8", "train.progress=false"])
-    torch.manual_seed(0)
-    model = HNN(1).double()
-    data = torch.randn(16, 8, 2, dtype=torch.float64)
     loss = _TurnsBad(bad_epoch=3, how=how)
-    trainer = Trainer(model, loss, data, data[:4, :7].transpose(0, 1), cfg, tmp_path,
-                      torch.Generator().manual_seed(0), {"model_config": {}})  # fmt: skip
-    loss.trainer = trainer
+    trainer = loss.trainer = tiny_trainer(cfg, loss, tmp_path)
     with pytest.raises(UserError) as err:
         trainer.fit()
     message = str(err.value)

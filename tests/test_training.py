@@ -7,10 +7,9 @@ import math
 import pandas as pd
 import pytest
 import torch
+from conftest import tiny_trainer
 
 from hnnsym.cli import UserError
-from hnnsym.models import HNN
-from hnnsym.training import Trainer
 
 
 def squared_output(model, windows, stats=None):
@@ -19,11 +18,7 @@ def squared_output(model, windows, stats=None):
 
 def fitted(compose_config, tmp_path, *overrides: str) -> pd.DataFrame:
     cfg = compose_config("train", ["train.batch_size=8", "train.progress=false", *overrides])
-    torch.manual_seed(0)
-    data = torch.randn(16, 8, 2, dtype=torch.float64)
-    trainer = Trainer(HNN(1).double(), squared_output, data, data[:4, :7].transpose(0, 1), cfg,
-                      tmp_path, torch.Generator().manual_seed(0), {"model_config": {}})  # fmt: skip
-    trainer.fit()
+    tiny_trainer(cfg, squared_output, tmp_path).fit()
     return pd.read_csv(tmp_path / "metrics.csv")
 
 
@@ -52,7 +47,6 @@ def test_resume_refuses_another_schedule(compose_config, tmp_path):
     cfg = compose_config("train", ["train.epochs=3", "train.progress=false"])  # plateau
     payload = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
     payload["config"] = {"train": {"schedule": "cosine"}}
-    trainer = Trainer(HNN(1).double(), squared_output, torch.zeros(4, 8, 2), torch.zeros(7, 2, 2),
-                      cfg, tmp_path, torch.Generator(), {"model_config": {}})  # fmt: skip
+    trainer = tiny_trainer(cfg, squared_output, tmp_path)
     with pytest.raises(UserError, match="train.schedule=cosine; resume with it"):
         trainer.restore(payload, tmp_path / "checkpoints" / "last.pt")
