@@ -10,7 +10,7 @@ comparison. Writes a small JSON atomically.
 
 ``--forces explicit`` (default) uses ∇V written out (checked against autograd of the system's H at
 the start); ``autograd`` differentiates H itself each substep (the path models take; ~4x slower).
-Runs single-threaded with deterministic algorithms on (see hnnsym/integrators/reversible.py).
+Runs single-threaded with deterministic algorithms on (see hnnsym/ode/integrators/reversible.py).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import torch
 from tqdm import tqdm
 
 from hnnsym.artifacts import now_utc, versions, write_text
-from hnnsym.integrators import ReversibleLeapfrog, Separable
-from hnnsym.systems import henon_heiles, henon_heiles_shell_states
+from hnnsym.ode.integrators import ReversibleLeapfrog, Separable
+from hnnsym.physics.systems import henon_heiles, henon_heiles_shell_states
 
 ENERGIES = [0.12, 0.13, 0.14, 0.15, 0.155, 0.16, 0.163, 0.166]
 

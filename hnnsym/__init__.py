@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-from hnnsym.solve import integrate  # noqa: E402
+from hnnsym.ode.solve import Solution, integrate, solve  # noqa: E402
 
-__all__ = ["integrate", "__version__"]
+__all__ = ["Solution", "__version__", "integrate", "solve"]

@@ -1,4 +1,4 @@
-"""Artifacts on disk: atomic writes, provenance, checksums, checkpoints."""
+"""Artifacts on disk: atomic writes (text, figures, checkpoints), provenance, checksums, locks."""
 
 from __future__ import annotations
 
@@ -11,9 +11,15 @@ import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
+import h5py
+import numpy
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+import hnnsym
+from hnnsym.errors import UserError
 
 
 @contextlib.contextmanager
@@ -47,6 +53,15 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text)
 
 
+def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = 120) -> None:
+    """Render a matplotlib Figure with Agg and write ``path`` atomically (format from the suffix).
+    The one way figures are saved: no pyplot state, no half-written file."""
+    FigureCanvasAgg(fig)
+    fmt = os.fspath(path).rsplit(".", 1)[-1].lower()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=fmt, dpi=dpi)
+
+
 def sha256(path: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -57,11 +72,6 @@ def sha256(path: str | os.PathLike) -> str:
 
 def versions() -> dict[str, str]:
     """Versions of the package and the libraries whose behaviour shapes the numbers."""
-    import h5py
-    import numpy
-
-    import hnnsym
-
     return {
         "hnnsym": hnnsym.__version__,
         "torch": torch.__version__,
@@ -75,35 +85,11 @@ def now_utc() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def load_checkpoint(path: str | os.PathLike) -> dict:
-    """torch.load on the CPU (RNG states must stay CPU tensors; load_state_dict moves the rest),
-    with a one-line UserError for a truncated or foreign file."""
-    from hnnsym.cli import UserError
-
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # truncated or foreign files raise many kinds
-        raise UserError(f"cannot read checkpoint {path} ({type(err).__name__}: {err})") from err
-
-
-def trained_options(payload: dict) -> dict:
-    """The ``train`` section of the resolved config a checkpoint was trained with ({} if none)."""
-    return (payload.get("config") or {}).get("train") or {}
-
-
-def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> None:
-    """torch.save, atomically."""
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
-
-
 @contextlib.contextmanager
 def exclusive_dir(directory: str | os.PathLike, what: str, hint: str = "") -> Iterator[Path]:
     """Hold ``directory/.lock`` (created with O_EXCL) for the block, so two jobs never write one
     run dir at once. A lock left by a dead process on this host (e.g. after SIGKILL) is taken
     over. UserError when the directory is in use (with ``hint``) or cannot be written."""
-    from hnnsym.cli import UserError
-
     directory = Path(directory)
     lock = directory / ".lock"
     try:

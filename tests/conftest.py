@@ -12,7 +12,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 import hnnsym
-from hnnsym.data import Split, write_dataset
+from hnnsym.config.build import build_optimizer, build_scheduler
+from hnnsym.data.hdf5 import Split, write_dataset
+from hnnsym.physics.models import HNN
+from hnnsym.training.trainer import TrainData, Trainer, TrainOptions
 
 REPO = Path(hnnsym.__file__).resolve().parent.parent
 
@@ -98,12 +101,14 @@ def make_model(cls, d: int, seed: int, gain: float) -> torch.nn.Module:
 
 def tiny_trainer(cfg, loss, run_dir: Path):
     """A Trainer of a fresh float64 HNN(1) on 16 random trajectories of 8 states (seeded), its
-    validation windows the first 4 of them: for tests of the training loop with a stand-in loss."""
-    from hnnsym.models import HNN
-    from hnnsym.training import Trainer
-
+    validation windows the first 4 of them, optimizer and schedule built from ``cfg.train`` as the
+    train stage builds them: for tests of the training loop with a stand-in loss."""
     torch.manual_seed(0)
     data = torch.randn(16, 8, 2, dtype=torch.float64)
     model = HNN(1).double()
-    return Trainer(model, loss, data, data[:4, :7].transpose(0, 1), cfg, run_dir,
-                   torch.Generator().manual_seed(0), {"model_config": {}})  # fmt: skip
+    optimizer = build_optimizer(cfg.train, model)
+    return Trainer(
+        model, loss, optimizer, build_scheduler(cfg.train, optimizer),
+        TrainData(data, data[:4, :7].transpose(0, 1), torch.Generator().manual_seed(0)),
+        TrainOptions.from_config(cfg.train), run_dir, {"model_config": {}},
+    )  # fmt: skip

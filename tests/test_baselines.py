@@ -13,29 +13,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from hnnsym import integrate
-from hnnsym.cli import UserError
-from hnnsym.dynamics import has_hamiltonian, vector_field
-from hnnsym.integrators import (
-    IncompatibleError,
-    TaoSplitting,
-    get_integrator,
-    integrator_from_config,
-)
-from hnnsym.losses import (
-    DerivativeLoss,
-    FiniteDifferenceLoss,
-    LossContext,
-    WindowLoss,
-    build_loss,
-)
-from hnnsym.metrics import energies, grid_errors, rollout, rollout_metrics
-from hnnsym.models import NODE, model_from_config
-from hnnsym.systems import get_system
-from hnnsym.table1 import (
+from hnnsym.config.build import build_model, build_run_loss
+from hnnsym.errors import IncompatibleError, UserError
+from hnnsym.evaluation.metrics import energies, grid_errors, rollout, rollout_metrics
+from hnnsym.ode.dynamics import has_hamiltonian, vector_field
+from hnnsym.ode.integrators import TaoSplitting, get_integrator, integrator_from_config
+from hnnsym.physics.models import NODE
+from hnnsym.physics.systems import get_system
+from hnnsym.reporting.table1 import (
     PAPER,
     build_table1,
     load_method_runs,
@@ -43,6 +31,12 @@ from hnnsym.table1 import (
     setting_labels,
     write_noise_sweep,
     write_table1,
+)
+from hnnsym.training.losses import (
+    DerivativeLoss,
+    FiniteDifferenceLoss,
+    LossContext,
+    WindowLoss,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,11 +55,11 @@ def test_shnn_midpoint_loss_vanishes_on_implicit_midpoint_data_of_the_true_H():
     system = get_system("coupled_oscillator")
     y0 = states(system, 16)
     h = 0.05
-    data = integrate(system, y0, h, 6, "implicit_midpoint", "backprop", tol=1e-15)
+    data = integrate(system, y0, h, 6, get_integrator("implicit_midpoint", tol=1e-15), "backprop")
     loss = FiniteDifferenceLoss(h, "midpoint")(system, data)
     assert float(loss.detach()) < 1e-20
     # and the symplectic Euler variant on symplectic Euler data (q' = q + h H_p(q', p), ...)
-    data = integrate(system, y0, h, 6, "symplectic_euler", "backprop", tol=1e-15)
+    data = integrate(system, y0, h, 6, get_integrator("symplectic_euler", tol=1e-15), "backprop")
     assert float(FiniteDifferenceLoss(h, "euler")(system, data).detach()) < 1e-20
     assert float(FiniteDifferenceLoss(h, "midpoint")(system, data).detach()) > 1e-6  # wrong point
 
@@ -93,7 +87,9 @@ def test_shnn_residual_on_exact_flow_data_is_second_order_and_euler_first_order(
     system = get_system("double_well")
     y0 = states(system, 16)
     with torch.no_grad():
-        ref = integrate(system, y0, 0.0005, 120, "gauss_legendre6", "backprop", tol=1e-15)
+        ref = integrate(
+            system, y0, 0.0005, 120, get_integrator("gauss_legendre6", tol=1e-15), "backprop"
+        )
     rms = {}
     for every in (20, 10, 5):  # h = 0.01, 0.005, 0.0025
         data = ref[::every][:7]
@@ -122,18 +118,27 @@ def test_derivative_loss_on_the_exact_rotation_flow_equals_its_closed_form():
     torch.testing.assert_close(DerivativeLoss(h)(system, data), expected, rtol=1e-12, atol=0)
 
 
-def test_losses_from_the_registry_and_their_errors():
+def test_losses_from_the_method_configs_and_their_errors():
     integ = get_integrator("implicit_midpoint")
     ctx = LossContext(integ, "backprop", 0.01)
-    assert isinstance(build_loss("rollout", ctx), WindowLoss)
-    assert build_loss("finite_difference_euler", ctx) == FiniteDifferenceLoss(0.01, "euler")
-    assert build_loss("derivative", ctx) == DerivativeLoss(0.01)
-    with pytest.raises(ValueError, match="unknown loss 'l1'"):
-        build_loss("l1", ctx)
-    with pytest.raises(ValueError, match="train.substeps=2 applies to the rollout loss only"):
-        build_loss("derivative", LossContext(integ, "backprop", 0.01, substeps=2))
-    with pytest.raises(ValueError, match="init must be one of"):
-        build_loss("rollout", LossContext(integ, "backprop", 0.01, init="denoised"))
+
+    def method(name: str, **loss) -> OmegaConf:
+        node = OmegaConf.load(CONF / "method" / f"{name}.yaml").method
+        node.loss.merge_with(loss)
+        return node
+
+    assert isinstance(build_run_loss(method("hnn"), ctx), WindowLoss)
+    assert build_run_loss(method("shnn", point="euler"), ctx) == FiniteDifferenceLoss(0.01, "euler")
+    assert build_run_loss(method("hnn_derivative"), ctx) == DerivativeLoss(0.01)
+    bad = OmegaConf.create(
+        {"name": "x", "loss": {"_target_": "hnnsym.training.losses.L1", "_partial_": True}}
+    )
+    with pytest.raises(UserError, match="method.loss: .*L1"):
+        build_run_loss(bad, ctx)
+    with pytest.raises(UserError, match="train.substeps=2 applies to losses that integrate"):
+        build_run_loss(method("hnn_derivative"), LossContext(integ, "backprop", 0.01, substeps=2))
+    with pytest.raises(UserError, match="init must be one of"):
+        build_run_loss(method("hnn"), LossContext(integ, "backprop", 0.01, init="denoised"))
 
 
 # ---- the rollout loss with a smoothed initial state --------------------------------------------
@@ -166,7 +171,14 @@ def test_smoothed_start_iterates_to_a_window_matched_on_average():
     C = torch.linalg.solve(eye - h / 2 * A, eye + h / 2 * A)
     powers = [torch.linalg.matrix_power(C, t) for t in range(tau + 1)]
     gen = torch.Generator().manual_seed(4)
-    clean = integrate(system, states(system, 6), h, tau, "implicit_midpoint", "backprop", tol=1e-15)
+    clean = integrate(
+        system,
+        states(system, 6),
+        h,
+        tau,
+        get_integrator("implicit_midpoint", tol=1e-15),
+        "backprop",
+    )
     data = clean + 0.05 * torch.randn(clean.shape, generator=gen, dtype=F64)
     z_fixed = torch.linalg.solve(torch.stack(powers).mean(0), data.mean(0).T).T
     z_lsq = torch.stack([data[t] @ torch.linalg.inv(powers[t]).T for t in range(tau + 1)]).mean(0)
@@ -190,7 +202,9 @@ def test_tao_is_second_order_against_gauss_legendre6(name):
     system = get_system(name)
     y0 = states(system, 8)
     with torch.no_grad():
-        ref = integrate(system, y0, 0.0025, 200, "gauss_legendre6", "backprop", tol=1e-15)[-1]
+        ref = integrate(
+            system, y0, 0.0025, 200, get_integrator("gauss_legendre6", tol=1e-15), "backprop"
+        )[-1]
         errs = []
         for h in (0.02, 0.01, 0.005):
             traj = integrate(system, y0, h, round(0.5 / h), TaoSplitting(omega=10.0), "backprop")
@@ -221,8 +235,8 @@ def test_tao_binding_is_the_exact_flow_of_the_binding_hamiltonian():
         return 0.5 * omega * (((q - x) ** 2).sum(-1) + ((p - y) ** 2).sum(-1))
 
     q, p, x, y = z.split(d, dim=-1)
-    ref = integrate(H_C, torch.cat([q, x, p, y], -1), delta / 50, 50, "gauss_legendre6",
-                    "backprop", tol=1e-15)[-1]  # fmt: skip
+    gl6 = get_integrator("gauss_legendre6", tol=1e-15)
+    ref = integrate(H_C, torch.cat([q, x, p, y], -1), delta / 50, 50, gl6, "backprop")[-1]
     rq, rx, rp, ry = ref.split(d, dim=-1)
     torch.testing.assert_close(tao.bind(z, delta, d), torch.cat([rq, rp, rx, ry], -1),
                                rtol=0, atol=1e-12)  # fmt: skip
@@ -238,7 +252,10 @@ def test_tao_registry_config_and_refusals():
         TaoSplitting(0.0)
     system = get_system("double_well")
     y0 = states(system, 2)
-    with pytest.raises(IncompatibleError, match="supports gradient=backprop only"):
+    with pytest.raises(
+        IncompatibleError,
+        match="needs an integrator with Runge–Kutta stage .*use gradient=backprop",
+    ):
         integrate(system, y0, 0.01, 3, "tao", "symplectic_adjoint")
     with pytest.raises(IncompatibleError, match="vector field without one"):
         integrate(NODE(1).double(), y0, 0.01, 3, "tao", "backprop")
@@ -246,7 +263,7 @@ def test_tao_registry_config_and_refusals():
 
 def test_tao_backprop_gradient_matches_finite_differences():
     torch.manual_seed(0)
-    model = model_from_config({"name": "nssnn", "arch": "hnn", "loss": "rollout"}, 1).double()
+    model = build_model(OmegaConf.load(CONF / "model" / "hnn.yaml"), 1).double()
     y0 = states(get_system("double_well"), 4)
     loss = WindowLoss(TaoSplitting(10.0), "backprop", 0.05)
     target = integrate(get_system("double_well"), y0, 0.05, 4, "gauss_legendre6", "backprop")
@@ -266,7 +283,7 @@ def test_tao_backprop_gradient_matches_finite_differences():
 
 def test_node_plugs_into_integrate_and_every_gradient_method():
     torch.manual_seed(0)
-    node = model_from_config({"name": "node", "hidden": [8, 8], "loss": "rollout"}, 1).double()
+    node = build_model({"_target_": "hnnsym.physics.models.NODE", "hidden": [8, 8]}, 1).double()
     assert isinstance(node, NODE) and not has_hamiltonian(node)
     y = torch.randn(6, 2, dtype=F64)
     torch.testing.assert_close(vector_field(node, y), node(y))
@@ -274,7 +291,8 @@ def test_node_plugs_into_integrate_and_every_gradient_method():
     target = torch.randn(5, 6, 2, dtype=F64)
     grads = {}
     for gradient in ("backprop", "symplectic_adjoint", "checkpoint"):
-        traj = integrate(node, y, 0.1, 4, "implicit_midpoint", gradient, tol=1e-14)
+        midpoint = get_integrator("implicit_midpoint", tol=1e-14)
+        traj = integrate(node, y, 0.1, 4, midpoint, gradient)
         loss = ((traj - target) ** 2).sum()
         grads[gradient] = torch.autograd.grad(loss, list(node.parameters()))
     for gradient in ("symplectic_adjoint", "checkpoint"):
@@ -316,14 +334,13 @@ def test_node_trains_and_has_no_hamiltonian_metrics():
 # ---- configs ------------------------------------------------------------------------------------
 
 
-def test_baseline_model_configs_build_the_papers_mlp():
-    for name, loss, arch in (("shnn", "finite_difference_midpoint", "HNN"),
-                             ("hnn_derivative", "derivative", "HNN"), ("nssnn", "rollout", "HNN"),
-                             ("node", "rollout", "NODE")):  # fmt: skip
-        cfg = OmegaConf.to_container(OmegaConf.load(CONF / "model" / f"{name}.yaml"))
-        cfg.pop("defaults", None)
-        assert cfg["name"] == name and cfg["loss"] == loss
-        model = model_from_config(cfg, 2)
+def test_baseline_method_configs_build_the_papers_mlp(compose_config):
+    for name, loss, arch in (("shnn", "FiniteDifferenceLoss", "HNN"),
+                             ("hnn_derivative", "DerivativeLoss", "HNN"),
+                             ("nssnn", "WindowLoss", "HNN"), ("node", "WindowLoss", "NODE")):  # fmt: skip
+        cfg = compose_config("train", [f"method={name}"])
+        assert cfg.method.name == name and cfg.method.loss._target_.endswith(f".{loss}")
+        model = build_model(cfg.model, 2)
         assert type(model).__name__ == arch
         widths = [m.out_features for m in model.net if isinstance(m, torch.nn.Linear)]
         assert widths == [16, 32, 16, 1 if arch == "HNN" else 4]
@@ -347,7 +364,7 @@ def test_experiments_select_each_method(compose_config):
     for exp, (model, integ, grad, init) in expected.items():
         for stage in ("train", "evaluate"):
             cfg = compose_config(stage, [f"experiment={exp}", "system=double_well"])
-            got = (cfg.model.name, cfg.integrator.name, cfg.gradient.name, cfg.train.get("init"))
+            got = (cfg.method.name, cfg.integrator.name, cfg.gradient.name, cfg.train.get("init"))
             n = 4 if stage == "train" else 3  # train.init only matters to train
             assert got[:n] == (model, integ, grad, init)[:n], (exp, stage)
             assert cfg.run_dir.startswith("outputs/table1/")
@@ -357,16 +374,14 @@ def test_experiments_select_each_method(compose_config):
     assert high.run_dir.startswith("outputs/table1/smoothed/") and "/high/" in high.run_dir
 
 
-def test_model_nssnn_selects_tao_and_backprop(compose_config):
-    cfg = compose_config("train", ["model=nssnn", "integrator=tao", "gradient=backprop"])
-    assert cfg.integrator.omega > 0
-    try:
-        cfg = compose_config("train", ["model=nssnn"])
-    except ConfigCompositionException as err:
-        pytest.skip(f"conf/train.yaml lists `model` before `integrator`/`gradient`: {err}")
+def test_method_nssnn_selects_tao_and_backprop(compose_config):
+    cfg = compose_config("train", ["method=nssnn"])
     assert (cfg.integrator.name, cfg.gradient.name) == ("tao", "backprop")
-    cfg = compose_config("train", ["model=nssnn", "integrator=rk4"])  # the command line wins
+    assert cfg.integrator.omega > 0
+    cfg = compose_config("train", ["method=nssnn", "integrator=rk4"])  # the command line wins
     assert cfg.integrator.name == "rk4"
+    cfg = compose_config("train", ["method=node"])  # its network too
+    assert (cfg.model.name, cfg.integrator.name, cfg.gradient.name) == ("node", "rk4", "backprop")
 
 
 def fake_run(root: Path, system: str, model: str, noise: str, seed: int, h_l1: float | None,

@@ -14,22 +14,12 @@ import torch
 from conftest import random_splits, tiny_attrs
 
 import hnnsym
-from hnnsym.cli import UserError
-from hnnsym.data import (
-    SCHEMA_VERSION,
-    DataError,
-    Split,
-    add_noise,
-    generate_command,
-    observation_ratio,
-    random_windows,
-    read_dataset,
-    simulate,
-    split_generator,
-    write_dataset,
-)
-from hnnsym.integrators import get_integrator
-from hnnsym.systems import get_system
+from hnnsym.data.hdf5 import SCHEMA_VERSION, Split, generate_command, read_dataset, write_dataset
+from hnnsym.data.simulate import add_noise, observation_ratio, simulate, split_generator
+from hnnsym.data.windows import random_windows
+from hnnsym.errors import DataError, UserError
+from hnnsym.ode.integrators import get_integrator
+from hnnsym.physics.systems import get_system
 
 ROOT_ATTRS = {
     "schema_version", "system", "system_params", "dim", "obs_dt", "fine_dt", "integrator", "noise",
@@ -258,7 +248,7 @@ def test_simulate_is_integrate_subsampled_bitwise():
     """Restarting integrate() every `every` steps changes nothing: each step depends on y only."""
     system = get_system("double_well")
     y0 = system.sample(5, torch.Generator().manual_seed(0))
-    integ = get_integrator("gauss_legendre4", 1e-14)
+    integ = get_integrator("gauss_legendre4", tol=1e-14)
     got = simulate(system, y0, 0.01, 4, 6, integ)
     with torch.no_grad():
         ref = hnnsym.integrate(system, y0, 0.01, 24, integ, "backprop")
@@ -272,7 +262,7 @@ def test_simulate_matches_the_exact_linear_flow():
     system = get_system("coupled_oscillator", alpha=alpha)
     y0 = system.sample(8, torch.Generator().manual_seed(0))
     every, steps, fine_dt = 5, 8, 0.002
-    got = simulate(system, y0, fine_dt, every, steps, get_integrator("gauss_legendre6", 1e-14))
+    got = simulate(system, y0, fine_dt, every, steps, get_integrator("gauss_legendre6", tol=1e-14))
     A = torch.tensor([[alpha, 1.0], [-1.0, -alpha]], dtype=torch.float64)
     times = torch.arange(steps + 1, dtype=torch.float64) * every * fine_dt
     exact = torch.einsum("tij,bj->tbi", torch.linalg.matrix_exp(A * times[:, None, None]), y0)

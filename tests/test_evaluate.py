@@ -16,14 +16,16 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import hnnsym
-from hnnsym.artifacts import save_checkpoint, sha256, versions
-from hnnsym.cli import UserError
-from hnnsym.data import Split, simulate, write_dataset
-from hnnsym.dynamics import vector_field
-from hnnsym.evaluate import evaluate
-from hnnsym.integrators import get_integrator
-from hnnsym.models import HNN
-from hnnsym.systems import get_system
+from hnnsym.artifacts import sha256, versions
+from hnnsym.data.hdf5 import Split, write_dataset
+from hnnsym.data.simulate import simulate
+from hnnsym.errors import UserError
+from hnnsym.evaluation.stage import evaluate
+from hnnsym.ode.dynamics import vector_field
+from hnnsym.ode.integrators import get_integrator
+from hnnsym.physics.models import HNN
+from hnnsym.physics.systems import get_system
+from hnnsym.training.checkpoints import save_checkpoint
 
 REPO = Path(hnnsym.__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -36,7 +38,7 @@ def write_tiny_dataset(data_dir: Path) -> Path:
     """data/<system>/low/seed0.h5 with 12 train and 4 test trajectories (40 steps of 0.05)."""
     system = get_system(SYSTEM)
     gen = torch.Generator().manual_seed(0)
-    integ = get_integrator("gauss_legendre6", 1e-14)
+    integ = get_integrator("gauss_legendre6", tol=1e-14)
     splits = {}
     for name, n, steps in (("train", 12, 8), ("val", 4, 8), ("test", 4, 40)):
         y0 = system.sample(n, gen)

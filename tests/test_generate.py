@@ -14,10 +14,10 @@ import torch
 import yaml
 from conftest import REPO
 
-from hnnsym.cli import UserError
-from hnnsym.data import read_dataset
-from hnnsym.generate import check_config, make_split, run
-from hnnsym.systems import get_system
+from hnnsym.data.hdf5 import read_dataset
+from hnnsym.data.simulate import check_config, generate, make_split
+from hnnsym.errors import UserError
+from hnnsym.physics.systems import get_system
 
 # A tiny run (about a second of CPU): every split present, a test horizon of 20 observations.
 TINY = [
@@ -201,7 +201,7 @@ def test_same_config_and_seed_give_bitwise_identical_data(compose_config, tmp_pa
     tmp, overrides, _ = cli_run
     first = read_dataset(tmp / "coupled_oscillator" / "medium" / "seed5.h5")
     cfg = compose_config("generate", [*overrides, f"data_dir={tmp_path}"])
-    second = read_dataset(run(cfg))
+    second = read_dataset(generate(cfg))
     for name, split in first.splits.items():
         for key in ("observed", "clean", "t"):
             assert np.array_equal(getattr(split, key), getattr(second.splits[name], key))
@@ -218,7 +218,7 @@ def test_noise_level_and_split_sizes_leave_the_clean_data_alone(compose_config, 
     cfg = compose_config(
         "generate", [*overrides, f"data_dir={tmp_path}", "noise=none", "generate.n_train=7"]
     )
-    quiet = read_dataset(run(cfg))
+    quiet = read_dataset(generate(cfg))
     assert quiet.attrs["noise_std"] == 0.0
     for name in ("val", "test"):
         assert np.array_equal(quiet.splits[name].clean, first.splits[name].clean)

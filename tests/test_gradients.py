@@ -15,9 +15,10 @@ from conftest import make_model
 from torch import Tensor, nn
 
 from hnnsym import integrate
-from hnnsym.gradients.symplectic_adjoint import SymplecticAdjoint
-from hnnsym.integrators import ConvergenceError, FixedPoint
-from hnnsym.models import HNN, SeparableHNN
+from hnnsym.errors import ConvergenceError, IncompatibleError
+from hnnsym.ode.gradients.symplectic_adjoint import SymplecticAdjoint
+from hnnsym.ode.integrators import FixedPoint, get_integrator
+from hnnsym.physics.models import HNN, SeparableHNN
 
 F64 = torch.float64
 INTEGRATORS = [
@@ -77,7 +78,7 @@ def test_exact_gradients_equal_backprop(model, d, integrator):
     H = make_model(MODELS[model], d, seed=10 * d + len(integrator), gain=5.0)
     B = 3 if d == 1 else 5
     y0 = torch.randn(B, 2 * d, generator=torch.Generator().manual_seed(d), dtype=F64)
-    run = dict(h=0.1, steps=3, integrator=integrator, tol=TOL)
+    run = dict(h=0.1, steps=3, integrator=get_integrator(integrator, tol=TOL))
     ref_y, ref_t = _gradients(H, y0, _loss, gradient="backprop", **run)
     assert ref_y.abs().max() > 0 and ref_t.abs().max() > 0
     for method in ("checkpoint", "symplectic_adjoint"):
@@ -91,15 +92,16 @@ def test_exact_gradients_with_the_observed_predictor():
     the converged solution or its gradient."""
     H = make_model(HNN, 1, seed=3, gain=5.0)
     y0 = torch.tensor([[0.3, -0.5], [0.8, 0.1], [-0.4, 0.6]], dtype=F64)
-    run = dict(h=0.1, steps=4, integrator="gauss_legendre4", tol=TOL)
+    run = dict(h=0.1, steps=4, integrator=get_integrator("gauss_legendre4", tol=TOL))
+    observed = dict(
+        run, integrator=get_integrator("gauss_legendre4", tol=TOL, predictor="observed")
+    )
     with torch.no_grad():
         clean = integrate(H, y0, gradient="backprop", **run)
     noisy = clean + 1e-3 * torch.randn(clean.shape, generator=torch.Generator().manual_seed(0))
     ref_y, ref_t = _gradients(H, y0, _loss, gradient="backprop", **run)
     for method in ("backprop", "symplectic_adjoint"):
-        g_y, g_t = _gradients(
-            H, y0, _loss, gradient=method, predictor="observed", guess=noisy, **run
-        )
+        g_y, g_t = _gradients(H, y0, _loss, gradient=method, guess=noisy, **observed)
         assert _rel(g_y, ref_y) <= 1e-10 and _rel(g_t, ref_t) <= 1e-10
 
 
@@ -139,7 +141,7 @@ def test_continuous_adjoint_converges_to_backprop(integrator):
     err_t, err_y = [], []
     for h in ADJ_STEPS:
         steps = round(T_ADJ / h)
-        run = dict(h=h, steps=steps, integrator=integrator, tol=TOL)
+        run = dict(h=h, steps=steps, integrator=get_integrator(integrator, tol=TOL))
         loss = _observed_loss(steps)
         ref_y, ref_t = _gradients(H, y0, loss, gradient="backprop", **run)
         adj_y, adj_t = _gradients(H, y0, loss, gradient="adjoint", **run)
@@ -160,7 +162,7 @@ def test_continuous_adjoint_converges_to_backprop(integrator):
 @pytest.mark.parametrize("integrator", ["leapfrog", "symplectic_euler"])
 def test_continuous_adjoint_refuses_partitioned_integrators(integrator):
     y0 = torch.tensor(ADJ_Y0, dtype=F64)
-    with pytest.raises(ValueError, match=f"adjoint needs a plain Runge–Kutta.*{integrator}"):
+    with pytest.raises(IncompatibleError, match=f"adjoint needs a plain Runge–Kutta.*{integrator}"):
         integrate(QuarticH(), y0, 0.1, 4, integrator, "adjoint")
 
 
@@ -170,9 +172,10 @@ def test_symplectic_adjoint_gradcheck(integrator):
     """The whole trajectory's Jacobian w.r.t. y0 and θ against central finite differences."""
     H = QuarticH()
     y0 = torch.tensor([[0.5, 0.3], [-1.0, 0.8]], dtype=F64, requires_grad=True)
+    integ = get_integrator(integrator, tol=TOL)
 
     def run(y: Tensor, theta: Tensor) -> Tensor:  # theta *is* H.theta: gradcheck perturbs it
-        return integrate(H, y, 0.1, 2, integrator, "symplectic_adjoint", tol=TOL)
+        return integrate(H, y, 0.1, 2, integ, "symplectic_adjoint")
 
     assert torch.autograd.gradcheck(run, (y0, H.theta))
 
@@ -181,9 +184,10 @@ def test_gradcheck_catches_an_approximate_gradient():
     """The same check rejects the continuous adjoint's O(h²) parameter gradient at h = 0.1."""
     H = QuarticH()
     y0 = torch.tensor([[0.5, 0.3], [-1.0, 0.8]], dtype=F64, requires_grad=True)
+    integ = get_integrator("implicit_midpoint", tol=TOL)
 
     def run(y: Tensor, theta: Tensor) -> Tensor:
-        return integrate(H, y, 0.1, 2, "implicit_midpoint", "adjoint", tol=TOL)
+        return integrate(H, y, 0.1, 2, integ, "adjoint")
 
     ok = torch.autograd.gradcheck(run, (y0, H.theta), raise_exception=False, fast_mode=True)
     assert not ok
@@ -194,6 +198,6 @@ def test_symplectic_adjoint_reports_an_unconverged_adjoint_solve():
     H = QuarticH()
     y0 = torch.tensor(ADJ_Y0, dtype=F64, requires_grad=True)
     method = SymplecticAdjoint(FixedPoint(tol=1e-300, max_iter=1))
-    traj = integrate(H, y0, 0.1, 3, "implicit_midpoint", method, tol=TOL)
+    traj = integrate(H, y0, 0.1, 3, get_integrator("implicit_midpoint", tol=TOL), method)
     with pytest.raises(ConvergenceError, match="in the adjoint of step 2: residual"):
         traj.sum().backward()

@@ -16,10 +16,12 @@ from conftest import make_model
 from scipy.integrate import solve_ivp
 from torch.autograd.functional import jacobian
 
-from hnnsym import integrate
-from hnnsym.integrators import TABLEAUX, ConvergenceError, SolverStats
-from hnnsym.models import HNN, SeparableHNN
-from hnnsym.systems import get_system
+from hnnsym import integrate, solve
+from hnnsym.errors import ConvergenceError
+from hnnsym.ode.integrators import TABLEAUX, get_integrator
+from hnnsym.ode.problem import SolverStats
+from hnnsym.physics.models import HNN, SeparableHNN
+from hnnsym.physics.systems import get_system
 
 F64 = torch.float64
 THEORY = {
@@ -102,10 +104,11 @@ def _measured_order(integrator: str, case: str, separable: bool) -> tuple[float,
     hs, errs, stats = STEP_SIZES[integrator], [], SolverStats()
     for h in hs:
         with torch.no_grad():
-            traj = integrate(
-                H, y0, h, round(T_END / h), integrator, "backprop", tol=1e-14, stats=stats
+            sol = solve(
+                H, y0, h, round(T_END / h), get_integrator(integrator, tol=1e-14), "backprop"
             )
-        errs.append(float(np.abs(traj[-1].numpy() - ref).max()))
+        stats.merge(sol.stats)
+        errs.append(float(np.abs(sol.ys[-1].numpy() - ref).max()))
     slope = float(np.polyfit(np.log(hs), np.log(errs), 1)[0])
     return slope, errs, stats
 
@@ -139,9 +142,10 @@ def test_explicit_path_equals_the_implicit_solve(integrator):
     """The explicit evaluation order computes the same map as solving the stage equations."""
     system = get_system("henon_heiles")
     y0 = torch.tensor(CASES["henon_heiles"][2], dtype=F64)
+    integ = get_integrator(integrator, tol=1e-15)
     with torch.no_grad():
-        explicit = integrate(system, y0, 0.1, 20, integrator, "backprop", tol=1e-15)
-        implicit = integrate(unflagged(system), y0, 0.1, 20, integrator, "backprop", tol=1e-15)
+        explicit = integrate(system, y0, 0.1, 20, integ, "backprop")
+        implicit = integrate(unflagged(system), y0, 0.1, 20, integ, "backprop")
     torch.testing.assert_close(explicit, implicit, rtol=0, atol=1e-14)
 
 
@@ -169,10 +173,8 @@ H_SYMPLECTIC = 0.3
 def _one_step_map(name: str, integrator: str):
     """(M, M - I) with M = ∂y_1/∂y_0, by autograd through the converged fixed-point solve."""
     H, y = _symplectic_case(name)
-    M = jacobian(
-        lambda x: integrate(H, x[None], H_SYMPLECTIC, 1, integrator, "backprop", tol=1e-15)[-1, 0],
-        y,
-    )
+    integ = get_integrator(integrator, tol=1e-15)
+    M = jacobian(lambda x: integrate(H, x[None], H_SYMPLECTIC, 1, integ, "backprop")[-1, 0], y)
     return M, M - torch.eye(y.shape[0], dtype=F64)
 
 
@@ -284,53 +286,49 @@ def test_iteration_cap_raises_with_step_and_residual():
     system = get_system("double_well")
     y0 = torch.tensor([[0.5, 0.1]], dtype=F64)
     with pytest.raises(ConvergenceError, match=r"at step 0: residual \S+ > tol 1e-300 after 1 "):
-        integrate(system, y0, 0.1, 3, "gauss_legendre4", "backprop", tol=1e-300, max_iter=1)
+        integ = get_integrator("gauss_legendre4", tol=1e-300, max_iter=1)
+        integrate(system, y0, 0.1, 3, integ, "backprop")
 
 
 def test_on_fail_warn_and_ignore_report_through_stats():
     system = get_system("double_well")
     y0 = torch.tensor([[0.5, 0.1]], dtype=F64)
     opts = dict(tol=1e-300, max_iter=2)
-    stats = SolverStats()
+    integ = get_integrator("implicit_midpoint", on_fail="warn", **opts)
     with pytest.warns(RuntimeWarning, match="did not converge at step") as record:
-        traj = integrate(
-            system, y0, 0.1, 4, "implicit_midpoint", "backprop", on_fail="warn", stats=stats, **opts
-        )
+        sol = solve(system, y0, 0.1, 4, integ, "backprop")
+    traj, stats = sol.ys, sol.stats
     assert len(record) == 4
     assert all(f"at step {n}:" in str(w.message) for n, w in enumerate(record))
     assert torch.isfinite(traj).all()
     assert (stats.steps, stats.unconverged, stats.iterations) == (4, 4, 8)
     assert stats.first_failure == "at step 0" and stats.max_residual > 0
 
-    stats = SolverStats()
+    integ = get_integrator("implicit_midpoint", on_fail="ignore", **opts)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        integrate(
-            system,
-            y0,
-            0.1,
-            4,
-            "implicit_midpoint",
-            "backprop",
-            on_fail="ignore",
-            stats=stats,
-            **opts,
-        )
+        stats = solve(system, y0, 0.1, 4, integ, "backprop").stats
     assert stats.unconverged == 4
 
 
 def test_stats_of_a_converged_run():
     system = get_system("double_well")
     y0 = torch.tensor([[0.5, 0.1], [-1.0, 0.3]], dtype=F64)
-    stats = SolverStats()
-    integrate(system, y0, 0.1, 6, "gauss_legendre4", "backprop", tol=1e-13, stats=stats)
+    integ = get_integrator("gauss_legendre4", tol=1e-13)
+    stats = solve(system, y0, 0.1, 6, integ, "backprop").stats
     assert stats.steps == 6 and stats.unconverged == 0 and stats.first_failure == ""
     assert 1 <= stats.mean_iterations <= stats.max_iterations <= 50
     assert stats.max_residual <= 1e-13
 
 
 # ---- argument validation --------------------------------------------------------------------
+SOLVER_OPTIONS = ("tol", "max_iter", "predictor", "on_fail")
+
+
 def _call(**overrides):
+    """integrate() on a small problem; solver options in ``overrides`` build the integrator (they
+    belong to the integrator object, not to integrate)."""
+    options = {k: overrides.pop(k) for k in SOLVER_OPTIONS if k in overrides}
     args = dict(
         H=get_system("double_well"),
         y0=torch.tensor([[0.5, 0.1]], dtype=F64),
@@ -340,6 +338,8 @@ def _call(**overrides):
         gradient="backprop",
     )
     args.update(overrides)
+    if options:
+        args["integrator"] = get_integrator(args["integrator"], **options)
     return integrate(**args)
 
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import hnnsym
-from hnnsym.data import simulate
-from hnnsym.integrators import ConvergenceError, get_integrator
-from hnnsym.metrics import (
+from hnnsym.data.simulate import simulate
+from hnnsym.errors import ConvergenceError
+from hnnsym.evaluation.metrics import (
     RolloutResult,
     default_grid_points,
     geometric_mean_over_time,
@@ -21,8 +21,9 @@ from hnnsym.metrics import (
     rollout_metrics,
     valid_prediction_time,
 )
-from hnnsym.models import HNN
-from hnnsym.systems import get_system
+from hnnsym.ode.integrators import get_integrator
+from hnnsym.physics.models import HNN
+from hnnsym.physics.systems import get_system
 
 F64 = torch.float64
 
@@ -150,8 +151,8 @@ def test_true_h_rollout_matches_analytic_midpoint_rotation(substeps):
     n = torch.arange(steps + 1, dtype=F64)
     t = n * dt
     # tol 1e-15: the stage equations solved to round-off, so the quadratic H is kept to round-off
-    result = rollout(system, y0, dt, steps, "implicit_midpoint", substeps=substeps, segment=30,
-                     tol=1e-15)  # fmt: skip
+    midpoint = get_integrator("implicit_midpoint", tol=1e-15)
+    result = rollout(system, y0, dt, steps, midpoint, substeps=substeps, segment=30)
     theta = substeps * 2 * math.atan(dt / substeps / 2)
     assert (result.states - rotation(y0, n * theta)).abs().max() < 1e-12
     truth = rotation(y0, t)
@@ -173,7 +174,7 @@ def test_true_h_rollout_matches_clean_henon_heiles_data():
     system = get_system("henon_heiles")
     y0 = system.sample(4, torch.Generator().manual_seed(1))
     dt, steps = 0.05, 40
-    truth = simulate(system, y0, dt / 2, 2, steps, get_integrator("gauss_legendre6", 1e-14))
+    truth = simulate(system, y0, dt / 2, 2, steps, get_integrator("gauss_legendre6", tol=1e-14))
     t = torch.arange(steps + 1, dtype=F64) * dt
     result = rollout(system, y0, dt, steps, "gauss_legendre4")
     m = rollout_metrics(result, truth, t, system, system)

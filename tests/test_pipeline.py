@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-from hnnsym.metrics import grid_errors
-from hnnsym.models import model_from_checkpoint, model_from_config
-from hnnsym.systems import get_system
+from hnnsym.config.build import build_model, model_from_checkpoint
+from hnnsym.evaluation.metrics import grid_errors
+from hnnsym.physics.systems import get_system
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def test_generate_train_evaluate_learns_the_hamiltonian(tmp_path: Path) -> None:
     payload = torch.load(run / "checkpoints" / "best.pt", weights_only=False)
     system = get_system("double_well")
     torch.manual_seed(0)
-    untrained = model_from_config(payload["model_config"], 1).double()
+    untrained = build_model(payload["model_config"], 1).double()
     grid = system.grid(100)
     before = grid_errors(system, untrained, grid)["h_l1"]
     after = grid_errors(system, model_from_checkpoint(payload).double(), grid)["h_l1"]

@@ -12,19 +12,12 @@ import pandas as pd
 import pytest
 import torch
 
-from hnnsym.cli import UserError
-from hnnsym.profiling import (
-    COLUMNS,
-    Method,
-    SavedTensorMeter,
-    Setting,
-    iteration,
-    make_inputs,
-    make_model,
-    make_solver,
-    methods_from_config,
-    rss_subprocess,
-)
+from hnnsym.errors import UserError
+from hnnsym.profiling.iteration import iteration, make_inputs, make_model, make_solver
+from hnnsym.profiling.memory import rss_subprocess
+from hnnsym.profiling.meter import SavedTensorMeter
+from hnnsym.profiling.plan import Method, Setting, methods_from_config
+from hnnsym.profiling.run import COLUMNS
 
 REPO = Path(__file__).resolve().parent.parent
 F32 = 4  # bytes

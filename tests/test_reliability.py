@@ -19,7 +19,7 @@ import pytest
 import torch
 from conftest import tiny_trainer
 
-from hnnsym.cli import UserError
+from hnnsym.errors import UserError
 
 pytestmark = pytest.mark.slow
 

@@ -17,16 +17,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from hnnsym.artifacts import write_text
-from hnnsym.cli import UserError
-from hnnsym.reporting import (
-    aggregate,
-    build_report,
-    choose_keys,
-    find_runs,
-    load_runs,
-    to_latex,
-    train_summary,
-)
+from hnnsym.errors import UserError
+from hnnsym.reporting.report import build_report
+from hnnsym.reporting.runs import find_runs, load_runs, train_summary
+from hnnsym.reporting.tables import aggregate, choose_keys, to_latex
 
 METRICS = ["h_l1", "vf_rel", "best_val_loss"]
 REPO = Path(__file__).resolve().parent.parent
@@ -111,7 +105,12 @@ def test_mean_std_over_seeds_per_varying_choice(make_run, tmp_path):
     values = grid_of_runs(make_run, np.random.default_rng(7))
     rep = build_report(str(tmp_path / "runs"), METRICS)
     assert rep.keys == ["system.name", "gradient.name"]  # seed is the replicate, not a key
-    assert rep.constants == {"noise": "low", "model": "hnn", "integrator": "implicit_midpoint"}
+    assert rep.constants == {
+        "noise": "low",
+        "method": "hnn",
+        "model": "hnn",
+        "integrator": "implicit_midpoint",
+    }
     assert (
         len(rep.table) == 4 and set(rep.table["n"]) == {3} and set(rep.table["seeds"]) == {"0,1,2"}
     )

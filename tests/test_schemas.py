@@ -1,4 +1,4 @@
-"""Typed config schemas (hnnsym.schemas): every stage's composed defaults pass, and a wrong type
+"""Typed config schemas (hnnsym.config.schemas): every stage's composed defaults pass, and a wrong type
 or a misspelt key in any checked section is one UserError line naming the key."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from hnnsym.cli import UserError
-from hnnsym.schemas import SECTIONS, validated
+from hnnsym.config.schemas import SECTIONS, validated
+from hnnsym.errors import UserError
 
 STAGE_SECTIONS = {
     "generate": ("system", "noise", "generate"),

@@ -18,8 +18,8 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-import hnnsym.data
-from hnnsym.data import DataError, read_dataset, write_dataset
+import hnnsym.data.hdf5
+from hnnsym.data.hdf5 import DataError, read_dataset, write_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 submitit = pytest.importorskip("submitit", reason="pip install -e '.[sweeps]'")
@@ -97,7 +97,7 @@ def test_a_reader_never_sees_a_data_file_being_written(tmp_path, monkeypatch):
     train job finds no file and is told to run generate (never a half-written file)."""
     path = tmp_path / "data" / "double_well" / "low" / "seed0.h5"
     seen = {}
-    atomic_path = hnnsym.data.atomic_path
+    atomic_path = hnnsym.data.hdf5.atomic_path
 
     @contextlib.contextmanager
     def spy(target, replace=True):
@@ -109,7 +109,7 @@ def test_a_reader_never_sees_a_data_file_being_written(tmp_path, monkeypatch):
                 read_dataset(target, system="double_well")
             seen["message"] = str(err.value)
 
-    monkeypatch.setattr(hnnsym.data, "atomic_path", spy)
+    monkeypatch.setattr(hnnsym.data.hdf5, "atomic_path", spy)
     write_dataset(path, random_splits(), tiny_attrs())
     assert seen["temp_size"] > 0
     assert seen["message"].startswith(f"no data file at {path}; run `python -m hnnsym.generate")
@@ -121,13 +121,13 @@ def test_two_writers_of_one_data_file_do_not_clobber(tmp_path, monkeypatch):
     """Both jobs pass the existence check; the second to publish gets the overwrite error and the
     first job's file stays as it was."""
     path = tmp_path / "seed0.h5"
-    write_h5 = hnnsym.data._write_h5
+    write_h5 = hnnsym.data.hdf5._write_h5
 
     def racing(target, *args, **kwargs):
         target.write_bytes(b"the other job's file")  # published while this job was computing
         return write_h5(target, *args, **kwargs)
 
-    monkeypatch.setattr(hnnsym.data, "_write_h5", racing)
+    monkeypatch.setattr(hnnsym.data.hdf5, "_write_h5", racing)
     with pytest.raises(DataError, match="already exists"):
         write_dataset(path, random_splits(), tiny_attrs())
     assert path.read_bytes() == b"the other job's file"

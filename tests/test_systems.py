@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from hnnsym import integrate
-from hnnsym.dynamics import vector_field
-from hnnsym.systems import SYSTEMS, get_system
+from hnnsym.ode.dynamics import vector_field
+from hnnsym.physics.systems import SYSTEMS, get_system
 
 F64 = torch.float64
 

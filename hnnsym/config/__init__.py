@@ -1,0 +1,2 @@
+"""Configuration: typed schemas with ranges (schemas), _target_ instantiation (build), and the
+per-stage torch setup (runtime)."""

@@ -1,0 +1,102 @@
+"""Objects from config nodes: ``_target_`` instantiation in one place, with one-line errors.
+
+Models, losses, the optimizer and the learning-rate schedule are named by ``_target_`` in
+``conf/`` (losses, optimizer and scheduler with ``_partial_: true``: completed here with what only
+the run knows: the model's dim, its parameters, the optimizer, the run's LossContext). A wrong
+argument or class name becomes one UserError naming the config key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import hydra.utils
+import torch
+from hydra.errors import InstantiationException
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from hnnsym.errors import UserError
+from hnnsym.physics.models import MODELS
+from hnnsym.training.losses import Loss, LossContext, build_loss
+
+# Keys of a model config that label it and are not constructor arguments.
+MODEL_LABELS = ("name",)
+
+
+def instantiate(node: Mapping[str, Any] | DictConfig, key: str, *args: Any, **kwargs: Any) -> Any:
+    """``hydra.utils.instantiate(node, *args, **kwargs)``; UserError "<key>: <what went wrong>"."""
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node, resolve=True)
+    if not isinstance(node, Mapping) or "_target_" not in node:
+        raise UserError(f"{key} needs a _target_ (a class or function to build), got {node!r}")
+    try:
+        return hydra.utils.instantiate(dict(node), *args, **kwargs)
+    except InstantiationException as err:
+        cause = err.__cause__ or err
+        message = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+        raise UserError(f"{key}: {message}") from err
+    except (TypeError, ValueError) as err:
+        raise UserError(f"{key}: {err}") from err
+
+
+def model_spec(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The architecture in a model config: ``_target_`` and its arguments, without the labels.
+    Configs written before ``_target_`` ({"name"|"arch": "hnn", "hidden": ..., "loss": ...}, as in
+    older checkpoints) are mapped to their class, so their runs still evaluate."""
+    cfg = dict(model_cfg)
+    if "_target_" not in cfg:
+        arch = cfg.pop("arch", None) or cfg.get("name")
+        if arch not in MODELS:
+            raise UserError(f"model {arch!r} is not one of {sorted(MODELS)}")
+        cls = MODELS[arch]
+        cfg = {"_target_": f"{cls.__module__}.{cls.__qualname__}", **cfg}
+        cfg.pop("loss", None)
+    for label in MODEL_LABELS:
+        cfg.pop(label, None)
+    if "hidden" in cfg:
+        cfg["hidden"] = tuple(cfg["hidden"])
+    return cfg
+
+
+def build_model(model_cfg: Mapping[str, Any] | DictConfig, dim: int) -> nn.Module:
+    """The network of a model config for states of ``dim`` degrees of freedom."""
+    if isinstance(model_cfg, DictConfig):
+        model_cfg = OmegaConf.to_container(model_cfg, resolve=True)
+    return instantiate(model_spec(model_cfg), "model", dim=dim)
+
+
+def model_from_checkpoint(payload: dict) -> nn.Module:
+    """The trained model of a checkpoint written by ``hnnsym.train`` (keys model_config, dim,
+    model)."""
+    model = build_model(payload["model_config"], payload["dim"])
+    model.load_state_dict(payload["model"])
+    return model
+
+
+def build_optimizer(train: DictConfig, model: nn.Module) -> torch.optim.Optimizer:
+    """``train.optimizer`` (a partial) completed with the model's parameters."""
+    return instantiate(train.optimizer, "train.optimizer")(model.parameters())
+
+
+def build_scheduler(train: DictConfig, optimizer: torch.optim.Optimizer) -> Any:
+    """``train.schedulers[train.schedule]`` (a partial) completed with the optimizer."""
+    if train.schedule not in train.schedulers:
+        raise UserError(
+            f"train.schedule must be one of {sorted(train.schedulers)}, got {train.schedule!r}"
+        )
+    partial = instantiate(train.schedulers[train.schedule], f"train.schedulers.{train.schedule}")
+    try:
+        return partial(optimizer)
+    except (TypeError, ValueError) as err:
+        raise UserError(f"train.schedulers.{train.schedule}: {err}") from err
+
+
+def build_run_loss(method: DictConfig, context: LossContext) -> Loss:
+    """``method.loss`` (a partial loss class) completed with the run's LossContext."""
+    partial = instantiate(method.loss, "method.loss")
+    try:
+        return build_loss(partial, context)
+    except (TypeError, ValueError) as err:
+        raise UserError(f"method.loss: {err}") from err

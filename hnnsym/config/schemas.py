@@ -1,0 +1,307 @@
+"""Typed schemas (OmegaConf structured configs) of the config sections each stage reads.
+
+The YAML files in ``conf/`` hold the values and their documentation; these dataclasses hold only
+the types (every field is MISSING here), so a value lives in one place. ``validated`` checks a
+composed config before any work: a wrong type (``train.epochs=ten``), a misspelt key
+(``+train.epoch=3``) or a missing value becomes one UserError line naming the key, and the checked,
+type-converted section replaces the composed one (``train.lr=1`` reads back as the float 1.0).
+
+The schemas are applied per section, not as one Hydra primary schema, because an experiment
+config (``# @package _global_``) may set sections of several stages at once (``experiment=demo``
+sets ``generate`` and ``train``) and every stage composes it.
+
+Ranges live here too, as field metadata (``checked(ge(1))``: "train.epochs must be >= 1, got 0"),
+and rules across fields as functions in ``CROSS_CHECKS``; so ``validated`` is the one call a stage
+makes. What needs the data or other files (a window longer than the trajectories) stays with the
+stage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from hnnsym.errors import UserError
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A range rule of one field: ``ok(value)``, and ``text`` for "<key> must be <text>"."""
+
+    text: str
+    ok: Callable[[Any], bool]
+
+
+def ge(low: float) -> Rule:
+    return Rule(f">= {low}", lambda v: v >= low)
+
+
+def gt(low: float) -> Rule:
+    return Rule(f"> {low}", lambda v: v > low)
+
+
+def between(low: float, high: float) -> Rule:
+    """Strictly between: low < v < high."""
+    return Rule(f"in ({low}, {high})", lambda v: low < v < high)
+
+
+def finite_ge(low: float) -> Rule:
+    return Rule(f"a finite number >= {low}", lambda v: math.isfinite(v) and v >= low)
+
+
+def one_of(*choices: Any) -> Rule:
+    names = [str(c) for c in choices]
+    text = " or ".join(names) if len(names) == 2 else ", ".join(names[:-1]) + " or " + names[-1]
+    return Rule(text, lambda v: v in choices)
+
+
+def checked(rule: Rule, nullable: bool = False) -> Any:
+    """A MISSING field whose value must satisfy ``rule`` (or be null, with ``nullable``)."""
+    return field(default=MISSING, metadata={"rule": rule, "nullable": nullable})
+
+
+@dataclass
+class CommonSchema:
+    """conf/common.yaml: the top-level keys every stage shares (the path templates data_file,
+    run_name and run_dir are strings by construction and are resolved where they are used)."""
+
+    seed: int = checked(ge(0))
+    device: str = MISSING
+    dtype: str = checked(one_of("float32", "float64"))
+    threads: int | None = checked(ge(1), nullable=True)
+    data_dir: str = MISSING
+
+
+@dataclass
+class SystemSchema:
+    name: str = MISSING
+    params: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class NoiseSchema:
+    name: str = MISSING
+    std: float = checked(finite_ge(0))
+
+
+@dataclass
+class PlateauSchema:
+    factor: float = MISSING
+    patience: int = MISSING
+
+
+@dataclass
+class EarlyStopSchema:
+    patience: int = MISSING
+    min_delta: float = MISSING
+
+
+@dataclass
+class TrainSchema:
+    epochs: int = checked(ge(1))
+    batch_size: int = checked(ge(1))
+    window: int = checked(ge(1))
+    segments: int = checked(ge(1))
+    substeps: int = checked(ge(1))
+    lr: float = checked(gt(0))
+    weight_decay: float = checked(ge(0))
+    optimizer: dict[str, Any] = MISSING  # a _target_ node (hnnsym.config.build)
+    schedule: str = MISSING  # a key of schedulers (checked where they are built)
+    schedulers: dict[str, Any] = MISSING  # _target_ nodes
+    plateau: PlateauSchema = field(default_factory=PlateauSchema)
+    early_stop: EarlyStopSchema = field(default_factory=EarlyStopSchema)
+    val_batch_size: int = checked(ge(1))
+    max_train: int | None = checked(ge(1), nullable=True)
+    max_val: int | None = checked(ge(1), nullable=True)
+    init: str = checked(one_of("observed", "smoothed"))
+    init_iterations: int = checked(ge(1))
+    resume: Any = MISSING  # true | false | auto
+    overwrite: bool = MISSING
+    progress: bool = MISSING
+
+
+@dataclass
+class GenerateSchema:
+    n_train: int = checked(ge(1))
+    n_val: int = checked(ge(1))
+    n_test: int = checked(ge(1))
+    obs_dt: float = MISSING  # obs_dt / fine_dt is checked by hnnsym.data.simulate.observation_ratio
+    fine_dt: float = MISSING
+    train_steps: int = checked(ge(1))
+    test_steps: int = checked(ge(1))
+    integrator: str = MISSING
+    tol: float | None = checked(gt(0), nullable=True)
+    max_iter: int = checked(ge(1))
+    chunk: int = checked(ge(1))
+    overwrite: bool = MISSING
+
+
+@dataclass
+class EvalSchema:
+    checkpoint: str = checked(one_of("best", "last"))
+    dtype: str = checked(one_of("float32", "float64"))
+    grid_points: int | None = checked(ge(2), nullable=True)
+    slice_points: int = checked(ge(2))
+    rollout_steps: int | None = checked(ge(1), nullable=True)
+    max_trajectories: int | None = checked(ge(1), nullable=True)
+    substeps: int | None = checked(ge(1), nullable=True)
+    valid_threshold: float = checked(between(0, 1))
+    segment: int = checked(ge(1))
+    chunk: int = checked(ge(1))
+    figures: bool = MISSING
+    plot_trajectories: int = checked(ge(0))
+    plot_training_data: bool = MISSING
+    scatter_points: int = checked(ge(1))
+
+
+@dataclass
+class ExactGradientSchema:
+    gradient: str = MISSING
+    iterations: int = MISSING
+
+
+@dataclass
+class ReferenceGradientSchema:
+    integrator: str = MISSING
+    gradient: str = MISSING
+    refine: int = MISSING
+
+
+@dataclass
+class ProfileSchema:
+    steps: list[int] = MISSING
+    batch: int = MISSING
+    dt: float = MISSING
+    repeats: int = MISSING
+    warmup: int = MISSING
+    dtype: str = MISSING
+    threads: int | None = MISSING
+    subprocess: bool = MISSING
+    torchdiffeq: bool = MISSING
+    gradient_errors: bool = MISSING
+    grad_tol: float | None = MISSING
+    exact: ExactGradientSchema = field(default_factory=ExactGradientSchema)
+    reference: ReferenceGradientSchema = field(default_factory=ReferenceGradientSchema)
+    methods: list[dict[str, Any]] = MISSING  # each entry is checked by hnnsym.profiling
+
+
+@dataclass
+class ReportSchema:
+    runs: Any = MISSING  # a path or glob, or a list of them
+    out_dir: str = MISSING
+    name: str = MISSING
+    group_by: list[str] | None = MISSING
+    ignore: list[str] | None = MISSING
+    metrics: list[str] | None = MISSING
+    plot: list[str] | None = MISSING
+    hue: str | None = MISSING
+    digits: int = MISSING
+
+
+# Each stage's sections (top-level keys of its composed config) and their schemas.
+SECTIONS: dict[str, type] = {
+    "system": SystemSchema,
+    "noise": NoiseSchema,
+    "train": TrainSchema,
+    "generate": GenerateSchema,
+    "eval": EvalSchema,
+    "profile": ProfileSchema,
+    "report": ReportSchema,
+}
+
+
+def _train_rules(cfg: DictConfig) -> str | None:
+    t = cfg.train
+    if t.window % t.segments:
+        return f"train.window ({t.window}) must be a multiple of train.segments ({t.segments})"
+    if "integrator" in cfg and cfg.integrator.get("predictor") == "observed" and t.substeps != 1:
+        return "integrator.predictor=observed needs train.substeps=1"
+    return None
+
+
+# Rules across fields, per section: each returns the problem, or None.
+CROSS_CHECKS: dict[str, list[Callable[[DictConfig], str | None]]] = {"train": [_train_rules]}
+
+
+def _range_problem(schema: type, node: Any, where: str) -> str | None:
+    """The first field of ``node`` (checked against ``schema``) that breaks its Rule."""
+    for f in fields(schema):
+        rule: Rule | None = f.metadata.get("rule")
+        if rule is None:
+            continue
+        value = node[f.name]
+        key = f"{where}.{f.name}" if where else f.name
+        if value is None:
+            if f.metadata.get("nullable"):
+                continue
+        elif (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            or isinstance(value, str)
+        ):
+            try:
+                if rule.ok(value):
+                    continue
+            except TypeError:
+                pass
+        null = " or null" if f.metadata.get("nullable") else ""
+        shown = repr(value) if isinstance(value, str) else value
+        return f"{key} must be {rule.text}{null}, got {shown}"
+    return None
+
+
+def validated(cfg: DictConfig, *sections: str, common: bool = True) -> DictConfig:
+    """Check ``cfg``'s ``sections`` (names in SECTIONS) and, with ``common``, its CommonSchema
+    keys against their types; replace each by its checked copy and return ``cfg``.
+    UserError (one line: the key and what is wrong) on the first problem."""
+    checks: list[tuple[str | None, type, Any]] = []
+    if common:
+        keys = [f for f in CommonSchema.__dataclass_fields__ if f in cfg]
+        checks.append((None, CommonSchema, {k: _resolved(cfg, k) for k in keys}))
+    checks += [(name, SECTIONS[name], _resolved(cfg, name)) for name in sections]
+    for name, schema, value in checks:
+        try:
+            node = OmegaConf.merge(OmegaConf.structured(schema), value)
+            OmegaConf.to_container(node, throw_on_missing=True)
+        except OmegaConfBaseException as err:
+            raise UserError(_one_line(err, name)) from None
+        if name is None:
+            for key in value:
+                cfg[key] = node[key]
+        else:
+            cfg[name] = node
+        problem = _range_problem(schema, node, name or "")
+        if problem:
+            raise UserError(problem)
+    for name in sections:
+        for rule in CROSS_CHECKS.get(name, []):
+            problem = rule(cfg)
+            if problem:
+                raise UserError(problem)
+    return cfg
+
+
+def _resolved(cfg: DictConfig, key: str) -> Any:
+    """The value at ``key`` with its interpolations resolved (against the whole config)."""
+    if key not in cfg:
+        raise UserError(f"the config has no {key!r} section")
+    try:
+        value = cfg[key]
+        if isinstance(value, DictConfig):
+            return OmegaConf.to_container(value, resolve=True)
+        return value
+    except OmegaConfBaseException as err:
+        raise UserError(f"the config does not resolve: {_one_line(err, None)}") from None
+
+
+def _one_line(err: OmegaConfBaseException, section: str | None) -> str:
+    """``train.epochs: Value 'ten' of type 'str' could not be converted to Integer``."""
+    message = str(err).splitlines()[0].strip() if str(err) else type(err).__name__
+    key = getattr(err, "full_key", None) or ""
+    where = ".".join(part for part in (section, key) if part)
+    return f"{where}: {message}" if where else message

@@ -1,0 +1,33 @@
+"""Training windows: random stretches of observed trajectories, time-major like ``integrate``."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from hnnsym.errors import DataError
+
+
+def random_windows(
+    observed: Tensor, window: int, batch_index: Tensor, generator: torch.Generator
+) -> Tensor:
+    """For each trajectory ``batch_index[b]`` of ``observed`` (N, T+1, 2d), the window+1 states from
+    a uniform random start s in [0, T - window]: (window+1, B, 2d), time-major like ``integrate``.
+
+    Starts are drawn on ``generator``'s device, one per trajectory, in batch order.
+    """
+    steps = observed.shape[1] - 1
+    if int(window) != window or window < 1:
+        raise DataError(f"the window must be a whole number of steps >= 1, got {window}")
+    if window > steps:
+        raise DataError(
+            f"a window of {window} steps needs trajectories of at least {window + 1} observations, "
+            f"the data have {steps + 1}; use a shorter window or regenerate with "
+            f"generate.train_steps>={window}"
+        )
+    starts = torch.randint(
+        0, steps - window + 1, (batch_index.shape[0],), generator=generator, device=generator.device
+    ).to(observed.device)
+    times = starts[:, None] + torch.arange(window + 1, device=observed.device)
+    rows = batch_index.to(observed.device)[:, None]
+    return observed[rows, times].transpose(0, 1).contiguous()

@@ -1,0 +1,35 @@
+"""The error types of hnnsym. This module imports nothing, so every layer may raise them.
+
+``UserError`` and its subclasses are problems the user can fix (bad input, a missing artifact, an
+impossible combination of options); a stage prints them as one ``error:`` line and exits 2.
+``ConvergenceError`` is a numerical failure of an iteration; stages print it the same way.
+"""
+
+
+class UserError(Exception):
+    """A problem the user can fix (bad input, missing artifact): printed as one line, exit 2."""
+
+
+class DataError(UserError):
+    """A data file is missing, unreadable or not what was asked for (message says what to do)."""
+
+
+class IncompatibleError(UserError, ValueError):
+    """A model, integrator and gradient method that cannot work together."""
+
+
+class FixedPointOverflowError(UserError, OverflowError):
+    """A fixed-point state or increment left the int64 range (or a force was not finite)."""
+
+
+class ConvergenceError(RuntimeError):
+    """A fixed-point iteration stopped at ``max_iter`` with its change still above ``tol``."""
+
+
+__all__ = [
+    "ConvergenceError",
+    "DataError",
+    "FixedPointOverflowError",
+    "IncompatibleError",
+    "UserError",
+]

@@ -1,0 +1,2 @@
+"""Evaluation of a trained run: grid and rollout metrics (metrics), figures (plots), and the
+evaluate stage (stage)."""

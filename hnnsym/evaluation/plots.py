@@ -1,0 +1,193 @@
+"""Figures of an evaluation (matplotlib, Agg canvas, no pyplot state); every file written atomically.
+
+Inputs are tensors or arrays; states are ordered [q, p] (time-major trajectories (T+1, B, 2d)).
+The learned H is always drawn shifted by the grid offset c = mean(H_true - H_pred), so that true
+and learned energies share one scale.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from hnnsym.artifacts import save_figure
+from hnnsym.evaluation.metrics import energies
+from hnnsym.physics.systems import System
+
+TRUE_STYLE = {"lw": 1.4}
+PRED_STYLE = {"lw": 1.2, "ls": "--"}
+
+
+def coordinate_names(dim: int) -> list[str]:
+    """Axis labels: q, p for one degree of freedom; q_x, q_y, p_x, p_y for two; q_1.. otherwise."""
+    if dim == 1:
+        return ["$q$", "$p$"]
+    sub = ["x", "y", "z"][:dim] if dim <= 3 else [str(i + 1) for i in range(dim)]
+    return [f"$q_{s}$" for s in sub] + [f"$p_{s}$" for s in sub]
+
+
+def slice_axes(dim: int) -> tuple[int, int]:
+    """The 2-D slice of phase space drawn for H: (q, p) for d = 1; the last degree of freedom
+    (q_d, p_d) with the others at 0 otherwise — (q_y, p_y) at q_x = p_x = 0 for Hénon–Heiles,
+    as the paper's Fig. 4."""
+    return (dim - 1, 2 * dim - 1)
+
+
+def _numpy(x: Tensor | np.ndarray) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
+
+
+def plot_hamiltonian_slice(
+    system: System,
+    H_pred,
+    offset: float,
+    path: str | os.PathLike,
+    points: int = 101,
+    chunk: int = 65536,
+    device: torch.device | str = "cpu",
+) -> None:
+    """True H, learned H + c, and |H_true - H_pred - c| on the 2-D slice ``slice_axes`` (other
+    coordinates 0), blank outside the system's domain (its energy filter). The slice is float64
+    on ``device``: H_pred must accept that."""
+    axes = slice_axes(system.dim)
+    grid = system.slice_grid(points, axes).to(device)  # (n, n, 2d)
+    inside = system.in_domain(grid.reshape(-1, grid.shape[-1])).reshape(grid.shape[:2])
+    h_true = energies(system, grid, chunk)
+    h_pred = energies(H_pred, grid, chunk) + offset
+    masked = [np.where(_numpy(inside), _numpy(v), np.nan) for v in
+              (h_true, h_pred, (h_true - h_pred).abs())]  # fmt: skip
+    extent = [*system.domain[axes[0]], *system.domain[axes[1]]]
+    names = coordinate_names(system.dim)
+    fig = Figure(figsize=(13, 3.8), layout="constrained")
+    panels = fig.subplots(1, 3)
+    vmin = np.nanmin(masked[:2])
+    vmax = np.nanmax(masked[:2])
+    titles = ["true $H$", "learned $H_\\theta + c$", "$|H - H_\\theta - c|$"]
+    for ax, values, title, i in zip(panels, masked, titles, range(3)):
+        kw = {"vmin": vmin, "vmax": vmax, "cmap": "viridis"} if i < 2 else {"cmap": "magma"}
+        im = ax.imshow(values, origin="lower", extent=extent, aspect="auto", **kw)
+        if i < 2:
+            ax.contour(values, levels=12, colors="white", linewidths=0.4, origin="lower",
+                       extent=extent)  # fmt: skip
+        fig.colorbar(im, ax=ax)
+        ax.set_title(title)
+        ax.set_xlabel(names[axes[0]])
+        ax.set_ylabel(names[axes[1]])
+    if system.dim > 1:
+        others = [names[i] for i in range(2 * system.dim) if i not in axes]
+        fig.suptitle(f"{system.name}: slice at {' = '.join(others)} = 0")
+    else:
+        fig.suptitle(system.name)
+    save_figure(fig, path)
+
+
+def plot_phase_portraits(
+    truth: Tensor | np.ndarray,
+    pred: Tensor | np.ndarray,
+    dim: int,
+    path: str | os.PathLike,
+    title: str = "",
+) -> None:
+    """True (solid) vs learned (dashed) trajectories (T+1, B, 2d) in each (q_i, p_i) plane."""
+    truth, pred = _numpy(truth), _numpy(pred)
+    names = coordinate_names(dim)
+    fig = Figure(figsize=(4.6 * dim, 4.2), layout="constrained")
+    panels = np.atleast_1d(fig.subplots(1, dim))
+    colors = [f"C{k % 10}" for k in range(truth.shape[1])]
+    for i, ax in enumerate(panels):
+        for b, color in enumerate(colors):
+            ax.plot(truth[:, b, i], truth[:, b, dim + i], color=color, **TRUE_STYLE)
+            ax.plot(pred[:, b, i], pred[:, b, dim + i], color=color, **PRED_STYLE)
+            ax.plot(truth[0, b, i], truth[0, b, dim + i], "o", color=color, ms=4)
+        ax.set_xlabel(names[i])
+        ax.set_ylabel(names[dim + i])
+    panels[0].plot([], [], color="k", label="true", **TRUE_STYLE)
+    panels[0].plot([], [], color="k", label="learned", **PRED_STYLE)
+    panels[0].legend(loc="best", fontsize=8)
+    fig.suptitle(title or "phase portraits: true (solid) vs learned (dashed)")
+    save_figure(fig, path)
+
+
+def plot_energy(
+    t: Tensor | np.ndarray,
+    energy_true_on_pred: Tensor | np.ndarray,
+    energy_data: Tensor | np.ndarray,
+    energy_pred_on_pred: Tensor | np.ndarray,
+    path: str | os.PathLike,
+) -> None:
+    """Energy over time for a few trajectories (T+1, B): true H along the predicted path (solid)
+    vs along the clean data (dashed), and the learned H along its own path (right)."""
+    t = _numpy(t)
+    e_tp, e_d, e_pp = (_numpy(x) for x in (energy_true_on_pred, energy_data, energy_pred_on_pred))
+    fig = Figure(figsize=(11, 3.8), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    for b in range(e_tp.shape[1]):
+        color = f"C{b % 10}"
+        left.plot(t, e_tp[:, b], color=color, **TRUE_STYLE)
+        left.plot(t, e_d[:, b], color=color, **PRED_STYLE)
+        right.plot(t, e_pp[:, b] - e_pp[0, b], color=color, **TRUE_STYLE)
+    left.plot([], [], color="k", label="H along the learned path", **TRUE_STYLE)
+    left.plot([], [], color="k", label="H along the data", **PRED_STYLE)
+    left.legend(loc="best", fontsize=8)
+    left.set_title("true energy $H(y_t)$")
+    right.set_title("learned energy drift $H_\\theta(\\hat y_t) - H_\\theta(\\hat y_0)$")
+    for ax in (left, right):
+        ax.set_xlabel("$t$")
+    save_figure(fig, path)
+
+
+def plot_rollout_error(
+    t: Tensor | np.ndarray,
+    l2: Tensor | np.ndarray,
+    rel_err: Tensor | np.ndarray,
+    threshold: float,
+    path: str | os.PathLike,
+) -> None:
+    """Trajectory error vs time over all test trajectories (T+1, B): ||ŷ - y|| (left) and the
+    bounded relative error with the valid-prediction threshold (right); median and 10–90 % band."""
+    t, l2, rel = _numpy(t), _numpy(l2), _numpy(rel_err)
+    fig = Figure(figsize=(11, 3.8), layout="constrained")
+    panels = fig.subplots(1, 2)
+    for ax, values, label in zip(panels, (l2, rel), ("$\\|\\hat y - y\\|$", "relative error")):
+        lo, mid, hi = np.nanquantile(values[1:], [0.1, 0.5, 0.9], axis=1)
+        ax.fill_between(t[1:], lo, hi, alpha=0.25, label="10–90 %")
+        ax.plot(t[1:], mid, label="median")
+        ax.plot(t[1:], np.nanmean(values[1:], axis=1), ls=":", label="mean")
+        ax.set_yscale("log")
+        ax.set_xlabel("$t$")
+        ax.set_title(label)
+    panels[1].axhline(threshold, color="k", lw=0.8, ls="--", label=f"threshold {threshold:g}")
+    panels[1].legend(loc="best", fontsize=8)
+    save_figure(fig, path)
+
+
+def plot_training_data(
+    observed: Tensor | np.ndarray,
+    dim: int,
+    path: str | os.PathLike,
+    axes: Sequence[int] | None = None,
+    max_points: int = 20000,
+    generator: torch.Generator | None = None,
+) -> None:
+    """Scatter of observed training states (N, T+1, 2d) in the (q, p) plane ``axes`` (default
+    ``slice_axes``), at most ``max_points`` of them drawn uniformly (with ``generator``)."""
+    states = torch.as_tensor(_numpy(observed)).reshape(-1, 2 * dim)
+    if states.shape[0] > max_points:
+        pick = torch.randperm(states.shape[0], generator=generator)[:max_points]
+        states = states[pick]
+    i, j = axes if axes is not None else slice_axes(dim)
+    names = coordinate_names(dim)
+    fig = Figure(figsize=(4.6, 4.2), layout="constrained")
+    ax = fig.subplots()
+    dense = states.shape[0] > 5000
+    ax.scatter(states[:, i].numpy(), states[:, j].numpy(), s=1 if dense else 4,
+               alpha=0.3 if dense else 0.7, linewidths=0)  # fmt: skip
+    ax.set_xlabel(names[i])
+    ax.set_ylabel(names[j])
+    ax.set_title(f"training data ({states.shape[0]} states)", fontsize=10)
+    save_figure(fig, path)

@@ -1,0 +1,267 @@
+"""The evaluate stage: ``evaluate(cfg)`` computes the metrics and figures of a trained run (same
+overrides as ``train``).
+
+Reads ``${run_dir}/checkpoints/<eval.checkpoint>.pt`` and the test split of ``${data_file}``;
+writes ``${run_dir}/eval/metrics.json``, ``rollout.csv`` and the figures ``*.png`` there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from hnnsym.artifacts import now_utc, sha256, versions, write_text
+from hnnsym.config.build import model_from_checkpoint, model_spec
+from hnnsym.config.runtime import configure, resolve_dtype
+from hnnsym.config.schemas import validated
+from hnnsym.data.hdf5 import Dataset, read_dataset
+from hnnsym.errors import UserError
+from hnnsym.evaluation import plots
+from hnnsym.evaluation.metrics import (
+    RolloutMetrics,
+    RolloutResult,
+    default_grid_points,
+    grid_errors,
+    rollout,
+    rollout_metrics,
+)
+from hnnsym.ode.dynamics import has_hamiltonian
+from hnnsym.ode.integrators import integrator_from_config
+from hnnsym.physics.systems import System, get_system
+from hnnsym.training.checkpoints import load_checkpoint as read_checkpoint
+from hnnsym.training.checkpoints import trained_options
+
+CHECKPOINT_KEYS = ("model", "model_config", "dim", "system")
+
+
+def train_command() -> str:
+    """``python -m hnnsym.train`` with this run's overrides (evaluate's own ones left out)."""
+    if not HydraConfig.initialized():  # called in-process, not from the command line
+        return "python -m hnnsym.train with this run's overrides"
+    overrides = [
+        o for o in HydraConfig.get().overrides.task if not o.lstrip("+~").startswith("eval.")
+    ]
+    return " ".join(["python -m hnnsym.train", *overrides])
+
+
+def load_checkpoint(run_dir: Path, which: str) -> tuple[Path, dict]:
+    path = run_dir / "checkpoints" / f"{which}.pt"
+    if not path.exists():
+        raise UserError(f"no checkpoint at {path}; run `{train_command()}` first")
+    payload = read_checkpoint(path)
+    missing = [k for k in CHECKPOINT_KEYS if not isinstance(payload, dict) or k not in payload]
+    if missing:
+        raise UserError(f"checkpoint {path} lacks {missing}; was it written by hnnsym.train?")
+    return path, payload
+
+
+def build_model(payload: dict, path: Path, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    try:
+        model = model_from_checkpoint(payload)
+    except (RuntimeError, ValueError, TypeError, KeyError) as err:
+        raise UserError(f"checkpoint {path}: cannot rebuild its model ({err})") from err
+    model = model.to(device=device, dtype=dtype).eval()
+    model.requires_grad_(False)
+    return model
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON: non-finite floats become null, tuples lists, numpy/torch scalars Python."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def draw_figures(
+    cfg: DictConfig,
+    system: System,
+    model: nn.Module,
+    offset: float,
+    truth: torch.Tensor,
+    t: torch.Tensor,
+    result: RolloutResult,
+    roll: RolloutMetrics,
+    data: Dataset,
+) -> list[str]:
+    """Write the figures into ${run_dir}/eval; returns their names (without .png)."""
+    e = cfg.eval
+    out = Path(cfg.run_dir) / "eval"
+    k = min(int(e.plot_trajectories), truth.shape[1])
+    per = roll.per_trajectory
+    figures = []
+    if has_hamiltonian(model):
+        plots.plot_hamiltonian_slice(system, model, offset, out / "hamiltonian.png",
+                                     e.slice_points, e.chunk, truth.device)  # fmt: skip
+        figures.append("hamiltonian")
+    if k:
+        plots.plot_phase_portraits(truth[:, :k], result.states[:, :k], system.dim,
+                                   out / "phase_portrait.png")  # fmt: skip
+        plots.plot_energy(t - t[0], per["energy_true"][:, :k], per["energy_data"][:, :k],
+                          per["energy_pred"][:, :k], out / "energy.png")  # fmt: skip
+        figures += ["phase_portrait", "energy"]
+    plots.plot_rollout_error(t - t[0], per["l2"], per["rel_err"], e.valid_threshold,
+                             out / "rollout_error.png")  # fmt: skip
+    figures.append("rollout_error")
+    if e.plot_training_data:
+        plots.plot_training_data(data.splits["train"].observed, system.dim, out / "training_data.png",
+                                 max_points=e.scatter_points,
+                                 generator=torch.Generator().manual_seed(cfg.seed))  # fmt: skip
+        figures.append("training_data")
+    return figures
+
+
+def recorded_config(cfg: DictConfig, payload: dict) -> dict:
+    """This evaluation's resolved config, its ``train`` section the one the checkpoint was trained
+    with (evaluate composes ``train`` only so that train's overrides are accepted here too)."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    if trained := trained_options(payload):
+        config["train"] = trained
+    return config
+
+
+def evaluate(cfg: DictConfig) -> dict:
+    """Compute, draw and write everything for the run of ``cfg``; returns the metrics dict (as
+    written to ``${run_dir}/eval/metrics.json``)."""
+    e = validated(cfg, "system", "noise", "train", "eval").eval
+    device, dtype = configure(cfg), resolve_dtype(e.dtype)
+    run_dir = Path(cfg.run_dir)
+    out = run_dir / "eval"
+    ckpt_path, payload = load_checkpoint(run_dir, e.checkpoint)
+    asked = OmegaConf.to_container(cfg.model, resolve=True)
+    if model_spec(payload["model_config"]) != model_spec(asked):
+        raise UserError(
+            f"checkpoint {ckpt_path} holds model {payload['model_config']}, but the config asks for "
+            f"{asked}; evaluate with the overrides the run was trained with"
+        )
+    model = build_model(payload, ckpt_path, device, dtype)
+    system: System = get_system(payload["system"]["name"], **payload["system"].get("params", {}))
+    if system.dim != payload["dim"]:
+        raise UserError(
+            f"checkpoint {ckpt_path}: dim {payload['dim']}, {system.name} has {system.dim}"
+        )
+
+    data_file = Path(cfg.data_file)
+    splits = ("test", "train") if e.figures and e.plot_training_data else ("test",)
+    data = read_dataset(data_file, system=system.name, dim=system.dim, splits=splits)
+    data_sha = sha256(data_file)
+    if payload.get("data_sha256") not in (None, data_sha):
+        print(
+            f"warning: {data_file} (sha256 {data_sha[:12]}…) is not the file this model was trained "
+            f"on ({payload.get('data_file')}, sha256 {str(payload['data_sha256'])[:12]}…)",
+            file=sys.stderr,
+        )
+    obs_dt = float(data.attrs["obs_dt"])
+    test = data.splits["test"]
+    available = test.clean.shape[1] - 1
+    steps = available if e.rollout_steps is None else int(e.rollout_steps)
+    if steps < 1:
+        raise UserError(f"the test split of {data_file} has no steps to roll out")
+    if steps > available:
+        raise UserError(
+            f"eval.rollout_steps={steps} exceeds the {available} steps of the test split"
+        )
+    n = min(int(e.max_trajectories or test.clean.shape[0]), test.clean.shape[0])
+    truth = torch.as_tensor(test.clean[:n, : steps + 1]).transpose(0, 1).to(device, dtype)
+    t = torch.as_tensor(test.t[: steps + 1]).to(device, dtype)
+    substeps = int(e.substeps or trained_options(payload).get("substeps") or 1)
+
+    # grid errors of H and of its vector field
+    points = int(e.grid_points or default_grid_points(system.dim))
+    grid = system.grid(points).to(device, dtype)
+    if grid.shape[0] == 0:
+        raise UserError(f"eval.grid_points={points} leaves no point inside {system.name}'s domain")
+    grid_m = grid_errors(system, model, grid, e.chunk)
+
+    # rollout of the learned H from the clean test initial conditions
+    try:
+        integ = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
+    except ValueError as err:
+        raise UserError(str(err)) from err
+    result = rollout(model, truth[0], obs_dt, steps, integ, substeps=substeps, segment=e.segment)
+    roll = rollout_metrics(result, truth, t, system, model, e.valid_threshold, e.chunk)
+
+    # figures, curves, metrics
+    figures = (
+        draw_figures(cfg, system, model, grid_m["h_offset"], truth, t, result, roll, data)
+        if e.figures
+        else []
+    )
+    curves = pd.DataFrame({key: v.detach().cpu().numpy() for key, v in roll.curves.items()})
+    curves.insert(0, "step", range(len(curves)))
+    write_text(out / "rollout.csv", curves.to_csv(index=False))
+    notes = []
+    if not has_hamiltonian(model):
+        notes.append(
+            f"model {payload['model_config'].get('name')} learns a vector field without a "
+            "Hamiltonian: the H grid errors (h_l1, h_l1_raw, h_l1_rel) and energy_drift_pred are "
+            "null; vf_l1/vf_rel and the rollout metrics are defined"
+        )
+    metrics = {
+        **grid_m,
+        "notes": notes,
+        "grid_points_per_axis": points,
+        **roll.summary,
+        "rollout_substeps": substeps,
+        "rollout_integrator": integ.name,
+        "rollout_failures": sorted({r for r in result.fail_reason if r}),
+        "checkpoint": {
+            "path": str(ckpt_path),
+            "which": e.checkpoint,
+            "epoch": payload.get("epoch"),
+        },
+        "data": {
+            "file": str(data_file),
+            "sha256": data_sha,
+            "checkpoint_sha256": payload.get("data_sha256"),
+            "obs_dt": obs_dt,
+            "test_trajectories": n,
+        },
+        "system": {"name": system.name, "params": dict(system.params)},
+        "model_config": payload["model_config"],
+        "files": {"rollout": "rollout.csv", "figures": [f"{f}.png" for f in figures]},
+        "config": recorded_config(cfg, payload),
+        "versions": versions(),
+        "created": now_utc(),
+    }
+    metrics = jsonable(metrics)
+    write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    return metrics
+
+
+def summary(m: dict, out: Path) -> str:
+    """A few lines for the terminal: the headline numbers and where the files are."""
+
+    def f(key: str) -> str:
+        return "n/a" if m[key] is None else f"{m[key]:.4g}"
+
+    figures = ",".join(name.removesuffix(".png") for name in m["files"]["figures"]) or "none"
+    return (
+        f"evaluated {m['checkpoint']['path']} (epoch {m['checkpoint']['epoch']}) "
+        f"on {m['data']['file']}\n"
+        f"  H on {m['grid_size']} grid points: h_l1 {f('h_l1')} (raw {f('h_l1_raw')}, "
+        f"rel {f('h_l1_rel')}); vector field l1 {f('vf_l1')} (rel {f('vf_rel')})\n"
+        f"  rollout of {m['rollout_trajectories']} test trajectories to t = "
+        f"{m['rollout_horizon']:g} ({m['rollout_integrator']}, h = {m['rollout_dt']:g}): "
+        f"mse {f('traj_mse')}, rel. error gmean {f('rel_err_gmean')}, valid time "
+        f"{f('vpt_mean')} (threshold {m['vpt_threshold']:g}), true-energy drift max "
+        f"{f('energy_drift_true_max')}, failed {100 * m['rollout_failed']:.3g} %\n"
+        f"  metrics: {out / 'metrics.json'}\n"
+        f"  curves:  {out / 'rollout.csv'}\n"
+        f"  figures: {out}/{{{figures}}}.png"
+        + "".join(f"\n  note: {note}" for note in m.get("notes", []))
+    )

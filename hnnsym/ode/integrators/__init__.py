@@ -1,0 +1,112 @@
+"""Integrators: how one rollout is stepped. Tableaux (data) over one stage solver, plus two that are
+not tableaux: Tao's explicit splitting and the bitwise-reversible fixed-point leapfrog.
+
+Every integrator follows the ``Integrator`` protocol: a name, an order, whether it is symplectic,
+and two capabilities that gradient methods ask for (``has_stages``: Runge–Kutta stage equations
+that the stepwise adjoints can recompute and differentiate; ``reversible``: a step that -h undoes
+bit for bit). Integrators never name gradient methods; a gradient method checks the capabilities
+it needs (``hnnsym.ode.gradients``). Solver options (tol, max_iter, predictor, on_fail; omega;
+frac_bits, rounding) belong to the integrator object, built by name with ``get_integrator``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from torch import Tensor
+
+from hnnsym.ode.integrators.reversible import ReversibleLeapfrog, Separable, as_separable
+from hnnsym.ode.integrators.stage_solver import DEFAULT_TOL, FixedPoint, RungeKutta
+from hnnsym.ode.integrators.tableaux import TABLEAUX, Tableau
+from hnnsym.ode.integrators.tao import TaoSplitting
+from hnnsym.ode.problem import Problem
+
+
+@runtime_checkable
+class Integrator(Protocol):
+    """What ``integrate`` needs of an integrator."""
+
+    name: str
+    order: int
+    symplectic: bool
+    has_stages: bool
+    reversible: bool
+
+    def check(self, problem: Problem, y0: Tensor) -> None:
+        """Raise IncompatibleError when this integrator cannot step this problem."""
+
+    def trajectory(self, problem: Problem, y0: Tensor) -> Tensor:
+        """All states (steps+1, B, 2d) from y0 (B, 2d); differentiable when grad mode is on."""
+
+    def strict(self) -> Integrator:
+        """The same integrator, raising ConvergenceError on non-convergence whatever on_fail."""
+
+
+def _runge_kutta(tableau: Tableau) -> Callable[..., RungeKutta]:
+    def build(tol: float | None = None, max_iter: int = 50, predictor: str = "rk2",
+              on_fail: str = "raise") -> RungeKutta:  # fmt: skip
+        return RungeKutta(tableau, FixedPoint(tol, max_iter, on_fail), predictor)
+
+    return build
+
+
+# name -> (factory, the options it takes)
+_STAGE_OPTIONS = ("tol", "max_iter", "predictor", "on_fail")
+INTEGRATORS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
+    **{name: (_runge_kutta(t), _STAGE_OPTIONS) for name, t in TABLEAUX.items()},
+    TaoSplitting.name: (TaoSplitting, ("omega",)),
+    ReversibleLeapfrog.name: (ReversibleLeapfrog, ("frac_bits", "rounding")),
+}
+
+
+def get_integrator(integrator: str | Tableau | Integrator, **options) -> Integrator:
+    """An integrator from a name in INTEGRATORS (with its options), a Tableau (a RungeKutta with
+    these stage-solver options), or an integrator object (returned as is; no options)."""
+    if isinstance(integrator, Tableau):
+        return _runge_kutta(integrator)(**options)
+    if not isinstance(integrator, str):
+        if options:
+            raise ValueError(f"options {sorted(options)} given with a built integrator")
+        if not isinstance(integrator, Integrator):
+            raise ValueError(f"not an integrator: {integrator!r}")
+        return integrator
+    if integrator not in INTEGRATORS:
+        raise ValueError(f"unknown integrator {integrator!r}; choose one of {sorted(INTEGRATORS)}")
+    factory, known = INTEGRATORS[integrator]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        owners = [n for n, (_, k) in INTEGRATORS.items() if set(unknown) <= set(k)]
+        owners = sorted({"the Runge–Kutta tableaux" if n in TABLEAUX else n for n in owners})
+        raise ValueError(
+            f"options {unknown} do not apply to {integrator}; they apply to "
+            f"{' or '.join(owners) or 'no integrator'} only"
+        )
+    return factory(**options)
+
+
+def integrator_from_config(node: Mapping[str, Any]) -> Integrator:
+    """An integrator from a config group node: ``name`` plus options. Keys that other integrators
+    take are ignored (so a sweep's ``integrator.tol=...`` also runs with integrator=tao)."""
+    name = node["name"]
+    known = INTEGRATORS[name][1] if name in INTEGRATORS else ()
+    all_known = {k for _, ks in INTEGRATORS.values() for k in ks}
+    options = {k: v for k, v in node.items() if k != "name" and (k in known or k not in all_known)}
+    return get_integrator(name, **options)
+
+
+__all__ = [
+    "DEFAULT_TOL",
+    "INTEGRATORS",
+    "TABLEAUX",
+    "FixedPoint",
+    "Integrator",
+    "ReversibleLeapfrog",
+    "RungeKutta",
+    "Separable",
+    "Tableau",
+    "TaoSplitting",
+    "as_separable",
+    "get_integrator",
+    "integrator_from_config",
+]

@@ -1,0 +1,283 @@
+"""The one stage solver behind every tableau: predictor + fixed-point iteration (seed 000, Alg. 2).
+
+Shapes: a state y is (B, n) with the q-part in the first n_q columns; stages K are (s, B, n), row i
+holding (k_i, l_i) = f(Y_i). When the stage dependencies form no cycle (explicit RK; leapfrog and
+symplectic Euler on a separable H) the stages are evaluated once, in dependency order, instead.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+import torch
+from torch import Tensor
+
+from hnnsym.errors import ConvergenceError
+from hnnsym.ode.integrators.tableaux import Tableau
+from hnnsym.ode.problem import Problem, SolverStats
+
+Field = Callable[[Tensor], Tensor]
+PREDICTORS = ("rk2", "euler", "observed")
+ON_FAIL = ("raise", "warn", "ignore")
+DEFAULT_TOL = {torch.float64: 1e-12, torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 1e-2}
+
+
+@dataclass
+class FixedPoint:
+    """Options of a fixed-point iteration x <- g(x): stop when max|Δx| <= tol (None: by dtype)."""
+
+    tol: float | None = None
+    max_iter: int = 50
+    on_fail: str = "raise"
+
+    def __post_init__(self):
+        if self.on_fail not in ON_FAIL:
+            raise ValueError(f"on_fail must be one of {ON_FAIL}, got {self.on_fail!r}")
+        if self.max_iter < 1:
+            raise ValueError(f"max_iter must be >= 1, got {self.max_iter}")
+        if self.tol is not None and not self.tol > 0:
+            raise ValueError(f"tol must be > 0, got {self.tol}")
+
+    def tolerance(self, dtype: torch.dtype) -> float:
+        return self.tol if self.tol is not None else DEFAULT_TOL.get(dtype, 1e-6)
+
+    def iterate(
+        self,
+        g: Callable[[Tensor], Tensor],
+        x: Tensor,
+        scale: float | Tensor = 1.0,
+        stats: SolverStats | None = None,
+        where: str = "",
+        relative: bool = False,
+        x_from_zero: bool = False,
+    ) -> Tensor:
+        """Iterate x <- g(x) until scale * max|Δx| (divided by max|x| if ``relative``) <= tol.
+
+        ``x_from_zero``: x is itself g(0) (a linear map's iteration started from zero), so its
+        size is the first change; the distance to the fixed point is then estimated from the
+        contraction θ = |Δx_k| / |Δx_{k-1}| as θ/(1-θ) |Δx_k| (Hairer & Wanner, IV.8), which can
+        stop an iteration earlier than |Δx_k| alone.
+        """
+        tol = self.tolerance(x.dtype)
+        residual = float("inf")
+        previous = float(x.detach().abs().max() * scale) if x_from_zero else None
+        if previous is not None and relative:
+            previous = 1.0
+        it = 0
+        while it < self.max_iter:
+            it += 1
+            x_new = g(x)
+            change = (x_new.detach() - x.detach()).abs().max() * scale
+            if relative:
+                change = change / (x_new.detach().abs().max() * scale).clamp_min(1e-300)
+            residual = float(change)
+            if previous is not None and 0 < previous and residual < previous:
+                theta = residual / previous
+                residual = min(residual, theta / (1 - theta) * residual)
+            previous = float(change) if x_from_zero else None
+            x = x_new
+            if not residual > tol:  # also stops on NaN, reported below
+                break
+        converged = residual <= tol
+        if stats is not None:
+            stats.record(it, residual if residual == residual else float("inf"), converged, where)
+        if not converged:
+            diverged = "" if residual == residual else " (diverged to non-finite values)"
+            msg = (
+                f"fixed-point iteration did not converge {where}: residual {residual:.3g} > tol "
+                f"{tol:.3g} after {it} iterations{diverged}; use a smaller dt or raise max_iter"
+            )
+            if self.on_fail == "raise":
+                raise ConvergenceError(msg)
+            if self.on_fail == "warn":
+                warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        return x
+
+
+@dataclass(frozen=True)
+class RungeKutta:
+    """A (partitioned) Runge–Kutta tableau plus the options of its stage solver. ``predictor``
+    gives the first stage guess: explicit RK2 ("rk2"), Euler ("euler") or the observed next state
+    ("observed", needs a guess; RK2 where none is given)."""
+
+    tableau: Tableau
+    solver: FixedPoint = field(default_factory=FixedPoint)
+    predictor: str = "rk2"
+
+    has_stages = True  # capabilities the gradient methods check (hnnsym.ode.gradients)
+    reversible = False
+
+    def __post_init__(self):
+        if self.predictor not in PREDICTORS:
+            raise ValueError(f"predictor must be one of {PREDICTORS}, got {self.predictor!r}")
+
+    @property
+    def name(self) -> str:
+        return self.tableau.name
+
+    @property
+    def order(self) -> int:
+        return self.tableau.order
+
+    @property
+    def symplectic(self) -> bool:
+        return self.tableau.symplectic
+
+    @property
+    def partitioned(self) -> bool:
+        return self.tableau.partitioned
+
+    def strict(self) -> RungeKutta:
+        """The same integrator, raising ConvergenceError whatever its ``on_fail``."""
+        return replace(self, solver=replace(self.solver, on_fail="raise"))
+
+    # ---- the integrator protocol (hnnsym.ode.integrators.Integrator) ------------------------
+    def check(self, problem: Problem, y0: Tensor) -> None:
+        """Any H (or vector field) and any guess: nothing to refuse."""
+
+    def step_of(self, problem: Problem, y: Tensor, n: int) -> Tensor:
+        """y_{n+1} from y_n of ``problem`` (differentiable when grad mode is on)."""
+        guess = None
+        if problem.guess is not None and self.predictor == "observed":
+            guess = problem.guess[n + 1]
+        return self.step(
+            problem.f, y, problem.h, y.shape[-1] // 2, problem.separable,
+            guess, problem.stats, f"at step {n}",
+        )  # fmt: skip
+
+    def trajectory(self, problem: Problem, y0: Tensor) -> Tensor:
+        """All states (steps+1, B, 2d), with a graph if grad mode is on."""
+        ys = [y0]
+        for n in range(problem.steps):
+            ys.append(self.step_of(problem, ys[-1], n))
+        return torch.stack(ys)
+
+    # ---- the stage equations --------------------------------------------------------------
+    def stage_states(self, y: Tensor, K: Tensor, h: float, n_q: int) -> Tensor:
+        """Y_i = y + h Σ_j a_ij K_j with a_q on the q-part and a_p on the p-part: (s, B, n)."""
+        a_q, _, a_p, _ = self.tableau.coefficients(y.dtype, y.device)
+        Yq = y[..., :n_q] + h * torch.einsum("ij,jbn->ibn", a_q, K[..., :n_q])
+        Yp = y[..., n_q:] + h * torch.einsum("ij,jbn->ibn", a_p, K[..., n_q:])
+        return torch.cat([Yq, Yp], dim=-1)
+
+    def stage_equations(self, f: Field, y: Tensor, K: Tensor, h: float, n_q: int) -> Tensor:
+        """F(K, y)_i = f(Y_i): the stages solve K = F(K, y). (s, B, n) -> (s, B, n)."""
+        Y = self.stage_states(y, K, h, n_q)
+        s, B, n = Y.shape
+        return f(Y.reshape(s * B, n)).reshape(s, B, n)
+
+    def update(self, y: Tensor, K: Tensor, h: float, n_q: int) -> Tensor:
+        """y' = y + h Σ_i b_i K_i (b_q on q, b_p on p)."""
+        _, b_q, _, b_p = self.tableau.coefficients(y.dtype, y.device)
+        return torch.cat(
+            [
+                y[..., :n_q] + h * torch.einsum("i,ibn->bn", b_q, K[..., :n_q]),
+                y[..., n_q:] + h * torch.einsum("i,ibn->bn", b_p, K[..., n_q:]),
+            ],
+            dim=-1,
+        )
+
+    def weights(self, like: Tensor, n_q: int) -> Tensor:
+        """∂y'/∂K_i as per-coordinate weights b_i: (s, 1, n)."""
+        _, b_q, _, b_p = self.tableau.coefficients(like.dtype, like.device)
+        s, n = self.tableau.stages, like.shape[-1]
+        return torch.cat([b_q[:, None].expand(s, n_q), b_p[:, None].expand(s, n - n_q)], -1)[
+            :, None, :
+        ]
+
+    # ---- explicit evaluation order ---------------------------------------------------------
+    @cached_property
+    def _orders(self) -> dict[bool, list[tuple[int, str]] | None]:
+        return {sep: _evaluation_order(self.tableau, sep) for sep in (False, True)}
+
+    def explicit_order(self, separable: bool) -> list[tuple[int, str]] | None:
+        """Evaluation order of (stage, part) when the stage graph has no cycle, else None."""
+        return self._orders[separable]
+
+    # ---- solving ---------------------------------------------------------------------------
+    def solve_stages(
+        self,
+        f: Field,
+        y: Tensor,
+        h: float,
+        n_q: int,
+        separable: bool = False,
+        guess: Tensor | None = None,
+        stats: SolverStats | None = None,
+        where: str = "",
+    ) -> Tensor:
+        """The stages K (s, B, n) of one step from y. Differentiable when grad mode is on."""
+        order = self.explicit_order(separable)
+        if order is not None:
+            return self._explicit_stages(f, y, h, n_q, order)
+        if guess is not None:
+            K0 = ((guess - y) / h).detach()
+        elif self.predictor == "euler":
+            K0 = f(y).detach()
+        else:
+            K0 = f(y + 0.5 * h * f(y)).detach()  # slope of explicit RK2 (midpoint)
+        K0 = K0.unsqueeze(0).expand(self.tableau.stages, *y.shape)
+        return self.solver.iterate(
+            lambda K: self.stage_equations(f, y, K, h, n_q), K0, abs(h), stats, where
+        )
+
+    def _explicit_stages(self, f: Field, y: Tensor, h: float, n_q: int, order) -> Tensor:
+        a_q, a_p = self.tableau.a_q, self.tableau.a_p
+        s = self.tableau.stages
+        zero_q, zero_p = torch.zeros_like(y[..., :n_q]), torch.zeros_like(y[..., n_q:])
+        kq: list[Tensor] = [zero_q] * s
+        kp: list[Tensor] = [zero_p] * s
+        for i, part in order:
+            Q = y[..., :n_q] + h * sum((a_q[i][j] * kq[j] for j in range(s) if a_q[i][j]), zero_q)
+            P = y[..., n_q:] + h * sum((a_p[i][j] * kp[j] for j in range(s) if a_p[i][j]), zero_p)
+            fi = f(torch.cat([Q, P], -1))
+            if part in ("q", "qp"):
+                kq[i] = fi[..., :n_q]
+            if part in ("p", "qp"):
+                kp[i] = fi[..., n_q:]
+        return torch.stack([torch.cat([kq[i], kp[i]], -1) for i in range(s)])
+
+    def step(
+        self,
+        f: Field,
+        y: Tensor,
+        h: float,
+        n_q: int,
+        separable: bool = False,
+        guess: Tensor | None = None,
+        stats: SolverStats | None = None,
+        where: str = "",
+    ) -> Tensor:
+        K = self.solve_stages(f, y, h, n_q, separable, guess, stats, where)
+        return self.update(y, K, h, n_q)
+
+
+def _evaluation_order(t: Tableau, separable: bool) -> list[tuple[int, str]] | None:
+    """Topological order of the stage unknowns, or None when they are coupled (implicit).
+
+    Non-separable: unknown i is the whole stage (k_i, l_i), needing stage j where a_q or a_p [i][j]
+    is non-zero. Separable H = T(p) + V(q): k_i = T'(P_i) needs the l_j with a_p[i][j] != 0 and
+    l_i = -V'(Q_i) needs the k_j with a_q[i][j] != 0.
+    """
+    s = t.stages
+    if separable:
+        nodes = [(i, "q") for i in range(s)] + [(i, "p") for i in range(s)]
+        deps = {(i, "q"): {(j, "p") for j in range(s) if t.a_p[i][j]} for i in range(s)}
+        deps |= {(i, "p"): {(j, "q") for j in range(s) if t.a_q[i][j]} for i in range(s)}
+    else:
+        nodes = [(i, "qp") for i in range(s)]
+        deps = {
+            (i, "qp"): {(j, "qp") for j in range(s) if t.a_q[i][j] or t.a_p[i][j]} for i in range(s)
+        }
+    order: list[tuple[int, str]] = []
+    done: set = set()
+    while len(order) < len(nodes):
+        ready = [v for v in nodes if v not in done and deps[v] <= done]
+        if not ready:
+            return None
+        order += ready
+        done |= set(ready)
+    return order

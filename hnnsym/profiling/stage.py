@@ -1,0 +1,37 @@
+"""The profile stage without Hydra: ``profile(cfg)`` reads the composed ``conf/profile.yaml``,
+measures every method at every number of steps, writes profile.csv / .md / .png into the run dir
+and prints the summary tables (``python -m hnnsym.profile`` is its Hydra entry)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from hnnsym.profiling.outputs import summary_tables, write_outputs
+from hnnsym.profiling.plan import from_config
+from hnnsym.profiling.run import run_profile
+
+
+def profile(cfg: DictConfig, run_dir: str | os.PathLike | None = None) -> dict[str, Path]:
+    """Run the profile stage on ``cfg`` and write its outputs into ``run_dir`` (default:
+    ``cfg.run_dir``); returns their paths. UserError when the config is bad."""
+    methods, setting, options, notes = from_config(cfg)
+    for note in notes:
+        print(f"note: {note}")
+    df, run_notes = run_profile(
+        methods, setting, options, progress=lambda it: tqdm(it, desc="steps", leave=False)
+    )
+    notes += run_notes
+    title = (
+        f"{setting.system['name']}, {cfg.integrator.name}, batch {setting.batch}, dt {setting.dt}, "
+        f"{setting.dtype}, {setting.device}, {df['threads'].iloc[0]} thread(s)"
+    )
+    paths = write_outputs(df, notes, Path(cfg.run_dir if run_dir is None else run_dir), title)
+    print(f"# profile: {title}\n\n{summary_tables(df)}\n")
+    for note in run_notes:
+        print(f"note: {note}")
+    print(f"wrote {paths['csv']}, {paths['md']} and {paths['png']}")
+    return paths

@@ -1,0 +1,250 @@
+"""Finding and reading runs: the run dirs below paths or globs, each run's flattened config, its
+training summary (from ``metrics.csv``) and its evaluation metrics, gathered in a ``RunSet``.
+
+A run is a directory holding the ``config.yaml`` that ``train`` writes (the resolved config), the
+per-epoch ``metrics.csv`` and, once evaluated, ``eval/metrics.json``. Checkpoints are never read.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from hnnsym.errors import UserError
+
+RUN_CONFIG = "config.yaml"
+TRAIN_METRICS = "metrics.csv"
+EVAL_METRICS = "eval/metrics.json"
+# The training summary taken from metrics.csv (see ``train_summary``).
+TRAIN_KEYS = (
+    "epochs", "train_loss", "val_loss", "best_val_loss", "best_epoch", "time_to_best",
+    "train_time", "solver_unconverged",
+)  # fmt: skip
+# The config groups whose ``name`` is shown without ".name" (system.name -> system).
+GROUPS = ("system", "noise", "method", "model", "integrator", "gradient")
+SKIP_DIRS = {".hydra", ".submitit"}
+# Never grouped by automatically: the replicate (seed) and the per-run paths derived from it.
+IDENTITY_KEYS = ("seed", "run_name", "run_dir", "data_dir", "data_file")
+
+
+@dataclass
+class RunSet:
+    """The runs found: one row per run dir with ``run_dir``, ``status``, ``note``, the flattened
+    config (``config_keys``) and the results (``metric_keys``: training summary, eval metrics).
+    ``status``: ``complete`` (evaluated), ``stale`` (the evaluation is of another epoch than the
+    one the training now holds), ``no eval``, or ``no metrics`` (no epoch finished yet)."""
+
+    runs: pd.DataFrame
+    config_keys: list[str]
+    metric_keys: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> pd.DataFrame:
+        return self.runs[self.runs["status"].isin(["complete", "stale"])]
+
+
+# ---- finding runs ---------------------------------------------------------------------------
+
+
+def find_runs(patterns: str | Iterable[str]) -> tuple[list[Path], list[str]]:
+    """Run dirs from paths or globs (``**`` recursive): a run dir itself, or any directory below
+    which run dirs are searched. Returns (sorted unique run dirs, notes about patterns that matched
+    nothing)."""
+    if isinstance(patterns, (str, os.PathLike)):
+        patterns = [patterns]
+    found: set[Path] = set()
+    notes = []
+    for pattern in map(os.path.expanduser, map(str, patterns)):
+        matches = glob.glob(pattern, recursive=True) if glob.has_magic(pattern) else [pattern]
+        matches = [Path(m) for m in matches if Path(m).exists()]
+        before = len(found)
+        for path in matches:
+            if path.is_file() and path.name == RUN_CONFIG:
+                path = path.parent
+            if path.is_dir():
+                found.update(_runs_below(path))
+        if len(found) == before:
+            notes.append(
+                f"{pattern!r} matched no path" if not matches else f"no runs in {pattern!r}"
+            )
+    return sorted(found), notes
+
+
+def _runs_below(root: Path) -> list[Path]:
+    """root if it is a run dir, else every run dir under it (not inside .hydra/ or .submitit/)."""
+    if _is_run(root):
+        return [root.resolve()]
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+        if RUN_CONFIG in filenames and _is_run(Path(dirpath)):
+            out.append(Path(dirpath).resolve())
+            dirnames[:] = [d for d in dirnames if d != "eval"]
+    return out
+
+
+def _is_run(path: Path) -> bool:
+    """Does ``path`` hold a train run: a config.yaml with a top-level ``train:`` section (an
+    unreadable one counts when metrics.csv is beside it, so that it is reported, not skipped)?"""
+    config = path / RUN_CONFIG
+    if path.name in SKIP_DIRS or not config.is_file():
+        return False
+    try:
+        text = config.read_text(errors="replace")
+    except OSError:
+        return False
+    return "\ntrain:" in f"\n{text}" or (path / TRAIN_METRICS).exists()
+
+
+# ---- reading one run ------------------------------------------------------------------------
+
+
+def flatten(config: dict) -> dict:
+    """Nested config -> {dotted key: scalar}; lists become their JSON text (hashable, sortable)."""
+    flat = pd.json_normalize(config, sep=".").to_dict("records")[0] if config else {}
+    return {k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in flat.items()}
+
+
+def train_summary(history: pd.DataFrame) -> dict:
+    """The training summary of one run from its per-epoch history (metrics.csv).
+
+    best_val_loss / best_epoch / time_to_best: the first epoch of least validation loss (the one
+    ``train`` saved as best.pt) and the training wall time up to its end; train_time: the wall
+    time of all epochs; epochs, train_loss, val_loss: of the last epoch.
+    """
+    if history.empty:
+        raise ValueError("no epochs")
+    missing = [k for k in ("epoch", "train_loss", "val_loss", "wall_time") if k not in history]
+    if missing:
+        raise ValueError(f"lacks columns {missing}")
+    last = history.iloc[-1]
+    best = history.loc[history["val_loss"].idxmin()]
+    unconverged = history.get("solver_unconverged")
+    return {
+        "epochs": int(last["epoch"]),
+        "train_loss": float(last["train_loss"]),
+        "val_loss": float(last["val_loss"]),
+        "best_val_loss": float(best["val_loss"]),
+        "best_epoch": int(best["epoch"]),
+        "time_to_best": float(best["wall_time"]),
+        "train_time": float(last["wall_time"]),
+        "solver_unconverged": float(unconverged.sum()) if unconverged is not None else math.nan,
+    }
+
+
+def load_run(run_dir: Path) -> tuple[dict, dict, dict]:
+    """(status and note, flattened config, results) of one run. Results are the training summary
+    and the numeric eval metrics (JSON null, a non-finite value, becomes NaN); the evaluation's own
+    settings join the config as ``eval.*``, so that they group too. ValueError if config.yaml
+    cannot be read."""
+    try:
+        config = OmegaConf.to_container(OmegaConf.load(run_dir / RUN_CONFIG), resolve=False)
+    except Exception as err:  # YAML and OmegaConf raise many kinds
+        raise ValueError(f"cannot read {run_dir / RUN_CONFIG}: {_first_line(err)}") from err
+    flat, results = flatten(config), {}
+
+    def status(name: str, note: str = "") -> tuple[dict, dict, dict]:
+        return {"status": name, "note": note}, flat, results
+
+    try:
+        results.update(train_summary(pd.read_csv(run_dir / TRAIN_METRICS)))
+    except FileNotFoundError:
+        return status("no metrics", "training has not finished an epoch")
+    except (ValueError, KeyError, pd.errors.ParserError) as err:  # EmptyDataError is a ValueError
+        return status("no metrics", f"{TRAIN_METRICS}: {_first_line(err)}")
+    eval_path = run_dir / EVAL_METRICS
+    if not eval_path.exists():
+        return status("no eval", f"not evaluated: {evaluate_command(config)}")
+    try:
+        metrics = json.loads(eval_path.read_text())
+        if not isinstance(metrics, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as err:
+        return status("no eval", f"{EVAL_METRICS}: {_first_line(err)}")
+    for key, value in metrics.items():
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            results[key] = math.nan if value is None else float(value)
+    flat.update(flatten({"eval": (metrics.get("config") or {}).get("eval") or {}}))
+    checkpoint = metrics.get("checkpoint") or {}
+    which = checkpoint.get("which", "best")
+    expected = results["best_epoch"] if which == "best" else results["epochs"]
+    if checkpoint.get("epoch") is not None and checkpoint["epoch"] != expected:
+        return status(
+            "stale",
+            f"evaluated the {which} checkpoint of epoch {checkpoint['epoch']}, training now has "
+            f"it at epoch {expected}: re-run {evaluate_command(config)}",
+        )
+    return status("complete")
+
+
+def method_and_model(config: dict) -> tuple[str | None, str | None]:
+    """(method, model) config options that rebuild a run. ``method.name`` is the network's name for
+    method=hnn (this work); runs made before the method group named the method in ``model.name``
+    and the network in ``model.arch``."""
+    model = config.get("model") if isinstance(config.get("model"), dict) else {}
+    network = model.get("arch") or model.get("name")
+    method = config["method"].get("name") if isinstance(config.get("method"), dict) else None
+    method = method or model.get("name")
+    if method is None:
+        return None, network
+    return ("hnn" if method == network else method), network
+
+
+def method_names(runs: pd.DataFrame) -> pd.Series:
+    """Each run's method: ``method.name``, or ``model.name`` for runs made before the method
+    group."""
+    names = runs["model.name"] if "model.name" in runs else pd.Series(None, index=runs.index)
+    if "method.name" in runs:
+        names = runs["method.name"].where(runs["method.name"].notna(), names)
+    return names
+
+
+def evaluate_command(config: dict) -> str:
+    """The ``python -m hnnsym.evaluate`` command for a run, from its resolved train config."""
+    method, model = method_and_model(config)
+    choices = {g: config[g]["name"] for g in GROUPS if isinstance(config.get(g), dict)}
+    choices |= {k: v for k, v in (("method", method), ("model", model)) if v is not None}
+    args = [f"{g}={choices[g]}" for g in GROUPS if g in choices]
+    args += [f"seed={config.get('seed')}", f"run_dir={config.get('run_dir')}"]
+    args += [f"data_file={config.get('data_file')}"]
+    return "python -m hnnsym.evaluate " + " ".join(args)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def load_runs(patterns: str | Iterable[str]) -> RunSet:
+    """Find and read every run (UserError when none is found)."""
+    dirs, notes = find_runs(patterns)
+    if not dirs:
+        shown = patterns if isinstance(patterns, str) else ", ".join(map(str, patterns))
+        raise UserError(
+            f"no runs found in {shown}; a run dir is where train wrote config.yaml "
+            "(e.g. report.runs=outputs or report.runs='outputs/**/seed*')"
+        )
+    rows, config_keys, metric_keys = [], {}, {}
+    for run_dir in dirs:
+        try:
+            status, config, results = load_run(run_dir)
+        except ValueError as err:
+            notes.append(f"skipped: {err}")
+            continue
+        config_keys.update(dict.fromkeys(config))
+        metric_keys.update(dict.fromkeys(results))
+        rows.append({"run_dir": str(run_dir), **status, **config, **results})
+        if status["status"] != "complete":
+            notes.append(f"{status['status']}: {run_dir} ({status['note']})")
+    if not rows:
+        raise UserError(f"none of the {len(dirs)} run dirs found could be read: {notes[-1]}")
+    return RunSet(pd.DataFrame(rows), list(config_keys), list(metric_keys), notes)

@@ -1,0 +1,80 @@
+"""The reporting stages, everything but Hydra: ``report(cfg)`` (``python -m hnnsym.report``) and
+``table1(cfg)`` (``python -m hnnsym.table1``), both reading the ``report`` section of
+``conf/report.yaml``: check it, aggregate the runs, write the files, print the table."""
+
+from __future__ import annotations
+
+import sys
+
+from omegaconf import DictConfig, OmegaConf
+
+from hnnsym.config.schemas import validated
+from hnnsym.errors import UserError
+from hnnsym.reporting.report import build_report, write_report
+from hnnsym.reporting.table1 import (
+    at_paper_noise,
+    load_method_runs,
+    make_table1,
+    noise_sweep,
+    spans_noise,
+    table_markdown,
+    write_noise_sweep,
+    write_table1,
+)
+from hnnsym.reporting.tables import to_markdown
+
+
+def config_names(value, key: str) -> list[str] | None:
+    """A report config value that is a name or a list of names -> list (None stays None)."""
+    if value is None:
+        return None
+    value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    value = [value] if isinstance(value, str) else value
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UserError(f"report.{key} must be a name or a list of names, got {value!r}")
+    return value
+
+
+def checked_runs_and_digits(r: DictConfig) -> tuple[list[str], int]:
+    """The ``report.runs`` patterns and ``report.digits`` of a report config, checked."""
+    if isinstance(r.digits, bool) or not isinstance(r.digits, int) or r.digits < 1:
+        raise UserError(f"report.digits must be a whole number >= 1, got {r.digits!r}")
+    runs = config_names(r.runs, "runs")
+    if not runs:
+        raise UserError("report.runs is empty; give run dirs or globs, e.g. report.runs=outputs")
+    return runs, int(r.digits)
+
+
+def report(cfg: DictConfig) -> None:
+    """One table (CSV / Markdown / LaTeX) and figure from many runs, into ``report.out_dir``."""
+    r = validated(cfg, "report", common=False).report
+    runs, digits = checked_runs_and_digits(r)
+    if not str(r.name) or "/" in str(r.name):
+        raise UserError(f"report.name must be a file name without '/', got {r.name!r}")
+    rep = build_report(
+        runs, config_names(r.metrics, "metrics") or [], config_names(r.group_by, "group_by"),
+        config_names(r.ignore, "ignore") or [], config_names(r.plot, "plot") or [], r.hue,
+    )  # fmt: skip
+    paths = write_report(rep, r.out_dir, str(r.name), digits)
+    for note in rep.notes:
+        print(f"warning: {note}", file=sys.stderr)
+    print(to_markdown(rep.table, rep.metrics, digits))
+    print(f"{len(rep.runs.complete)} evaluated run(s) of {len(rep.runs.runs)} found; wrote "
+          + ", ".join(str(p) for p in paths.values()))  # fmt: skip
+
+
+def table1(cfg: DictConfig) -> None:
+    """Table 1 beside the paper's numbers (and the noise sweep when the runs span noise levels),
+    into ``report.out_dir``."""
+    r = cfg.report
+    runs, digits = checked_runs_and_digits(r)
+    found, keys, notes = load_method_runs(runs, config_names(r.ignore, "ignore") or [])
+    table = make_table1(at_paper_noise(found), keys)
+    paths = write_table1(table, r.out_dir, digits, notes)
+    if spans_noise(found):
+        written = write_noise_sweep(noise_sweep(found, keys), r.out_dir, digits, keys)
+        paths |= {f"noise {k}": v for k, v in written.items()}
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
+    print(table_markdown(table, digits))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))

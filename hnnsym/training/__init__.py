@@ -1,0 +1,1 @@
+"""Training: losses, the epoch loop (trainer), checkpoints, and the train stage (stage)."""

@@ -1,0 +1,205 @@
+"""Training losses over windows (τ+1, B, 2d) of observations y_0..y_τ, one per method of Table 1.
+
+Every loss is a callable ``loss(model, windows) -> scalar``, summed over the window's time points
+and coordinates and averaged over the batch; ``loss.evaluate(model, windows)`` also returns the
+solver statistics of the rollout (``LossValue``). The method config names the loss class
+(``method.loss._target_``, ``_partial_: true``) and ``build_loss`` completes it with the run's
+``LossContext``. The trainer, the windows, the optimizer, the schedule and early stopping are the
+same for all.
+
+``WindowLoss`` (seed 000, eq. 16; also NSSNN and NODE, through their integrators):
+    L = Σ_{t=1..τ} ||ŷ_t − y_t||²,   ŷ = integrate(H_θ, ŷ_0, h, τ·substeps)[::substeps]
+  with ŷ_0 = y_0 (``init="observed"``) or, ``init="smoothed"``, ŷ_0 = z: the window's initial state
+  fitted to all τ+1 observations under the model's own flow, by Gauss–Newton on
+  Σ_{t=0..τ} ||Φ_t(z) − y_t||² with ∂Φ_t/∂z ≈ I (the window spans only τh): from z = y_0,
+  z ← z + mean_{t=0..τ} (y_t − Φ_t(z)), ``init_iterations`` times (each one rollout without a graph;
+  repeated, it converges to the z whose predicted window matches the observations on average,
+  which differs from the least-squares z by O(τh)). z is detached: at the minimizer the gradient
+  of the profiled loss min_z L(θ, z) is ∂L/∂θ at z (envelope theorem). The noise of z is about
+  σ/√(τ+1) instead of σ, and so is the errors-in-variables bias that the noise of y_0 puts on the
+  learned field.
+``FiniteDifferenceLoss``, point midpoint / euler (SHNN, David & Méhats 2023):
+    L = Σ_{t=0..τ−1} ||(y_{t+1} − y_t)/h − f_θ(m_t)||²,  m_t = (y_t + y_{t+1})/2, or (q_{t+1}, p_t)
+  no solver in the loop: H_θ is fitted so that the implicit midpoint (symplectic Euler) step of
+  H_θ maps y_t to y_{t+1}.
+``DerivativeLoss`` (HNN, Greydanus et al. 2019): central differences,
+    L = Σ_{t=1..τ−1} ||(y_{t+1} − y_{t−1})/(2h) − f_θ(y_t)||².
+Here f_θ = J⁻¹∇H_θ (``hnnsym.ode.dynamics.vector_field``) and h the observation interval.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, fields
+
+import torch
+from torch import Tensor, nn
+
+from hnnsym.ode.dynamics import vector_field
+from hnnsym.ode.gradients import GradientMethod
+from hnnsym.ode.integrators import Integrator
+from hnnsym.ode.problem import SolverStats
+from hnnsym.ode.solve import solve
+
+INITS = ("observed", "smoothed")
+
+
+@dataclass
+class LossValue:
+    """A loss value and the solver statistics of the rollout behind it (None without a solver;
+    a backward pass through ``value`` adds its own iterations to ``stats``)."""
+
+    value: Tensor
+    stats: SolverStats | None = None
+
+
+class Loss:
+    """Base of the losses: ``evaluate`` gives a LossValue, calling gives its value."""
+
+    min_window = 1  # the shortest train.window the loss accepts
+
+    def evaluate(self, model: nn.Module, windows: Tensor) -> LossValue:
+        raise NotImplementedError
+
+    def __call__(self, model: nn.Module, windows: Tensor) -> Tensor:
+        return self.evaluate(model, windows).value
+
+
+def evaluate_loss(loss: Callable[[nn.Module, Tensor], Tensor], model: nn.Module,
+                  windows: Tensor) -> LossValue:  # fmt: skip
+    """``loss.evaluate`` for a Loss; any other callable's value with no statistics."""
+    if isinstance(loss, Loss):
+        return loss.evaluate(model, windows)
+    return LossValue(loss(model, windows))
+
+
+@dataclass
+class LossContext:
+    """What a loss may be built from: the integrator and gradient method of the run, the
+    observation interval ``obs_dt`` and the train options (substeps, segments, init)."""
+
+    integrator: Integrator
+    gradient: GradientMethod | str
+    obs_dt: float
+    substeps: int = 1
+    segments: int = 1
+    init: str = "observed"
+    init_iterations: int = 1
+
+
+@dataclass
+class WindowLoss(Loss, LossContext):
+    """The training loss of seed 000 over windows (τ+1, B, 2d) of observations, made from the run's
+    LossContext; it integrates with step h = obs_dt / substeps.
+
+    With ``segments`` = S > 1 the window is cut into S pieces of τ/S steps, each started from its
+    own observed (or smoothed) state (multiple shooting). ``init``: see the module doc.
+    """
+
+    @property
+    def h(self) -> float:
+        return self.obs_dt / self.substeps
+
+    def __post_init__(self):
+        if self.init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
+        if int(self.init_iterations) != self.init_iterations or self.init_iterations < 1:
+            raise ValueError(
+                f"init_iterations must be a whole number >= 1, got {self.init_iterations}"
+            )
+
+    def rollout(
+        self, model: nn.Module, y0: Tensor, windows: Tensor, gradient
+    ) -> tuple[Tensor, SolverStats]:
+        """The predicted states at the observation times, (τ+1, B, 2d), from y0 (B, 2d), and the
+        solver statistics."""
+        tau = windows.shape[0] - 1
+        guess = None
+        if getattr(self.integrator, "predictor", None) == "observed" and self.substeps == 1:
+            guess = windows
+        solution = solve(
+            model, y0, self.h, tau * self.substeps, self.integrator, gradient, guess=guess
+        )
+        return solution.ys[:: self.substeps], solution.stats
+
+    def smoothed_start(self, model: nn.Module, windows: Tensor) -> Tensor:
+        """z (B, 2d): Gauss–Newton steps (∂Φ_t/∂z ≈ I) fitting the start to the whole window."""
+        z = windows[0]
+        with torch.no_grad():
+            for _ in range(int(self.init_iterations)):
+                pred, _ = self.rollout(model, z, windows, "backprop")
+                z = z + (windows - pred).mean(0)
+        return z.detach()
+
+    def evaluate(self, model: nn.Module, windows: Tensor) -> LossValue:
+        tau = windows.shape[0] - 1
+        if self.segments > 1:
+            length = tau // self.segments
+            windows = torch.cat(
+                [windows[k * length : (k + 1) * length + 1] for k in range(self.segments)], dim=1
+            )
+        y0 = self.smoothed_start(model, windows) if self.init == "smoothed" else windows[0]
+        pred, stats = self.rollout(model, y0, windows, self.gradient)
+        return LossValue(((pred[1:] - windows[1:]) ** 2).sum(dim=(0, 2)).mean(), stats)
+
+
+@dataclass
+class FiniteDifferenceLoss(Loss):
+    """SHNN: forward differences of consecutive observations against f_θ at the scheme's point
+    (``point`` "midpoint": (y_t + y_{t+1})/2; "euler": (q_{t+1}, p_t), symplectic Euler)."""
+
+    obs_dt: float
+    point: str = "midpoint"
+
+    def __post_init__(self):
+        if self.point not in ("midpoint", "euler"):
+            raise ValueError(f"point must be 'midpoint' or 'euler', got {self.point!r}")
+
+    def evaluate(self, model: nn.Module, windows: Tensor) -> LossValue:
+        y0, y1 = windows[:-1], windows[1:]
+        if self.point == "midpoint":
+            at = 0.5 * (y0 + y1)
+        else:
+            d = windows.shape[-1] // 2
+            at = torch.cat([y1[..., :d], y0[..., d:]], dim=-1)
+        f = vector_field(model, at.reshape(-1, at.shape[-1])).reshape(at.shape)
+        return LossValue((((y1 - y0) / self.obs_dt - f) ** 2).sum(dim=(0, 2)).mean())
+
+
+@dataclass
+class DerivativeLoss(Loss):
+    """HNN (Greydanus et al.): central differences (y_{t+1} − y_{t−1})/2h against f_θ(y_t) at the
+    window's interior points t = 1..τ−1 (needs τ >= 2)."""
+
+    obs_dt: float
+    min_window = 2
+
+    def evaluate(self, model: nn.Module, windows: Tensor) -> LossValue:
+        if windows.shape[0] < 3:
+            raise ValueError(
+                "the derivative loss needs windows of at least 2 steps (train.window>=2)"
+            )
+        mid = windows[1:-1]
+        target = (windows[2:] - windows[:-2]) / (2 * self.obs_dt)
+        f = vector_field(model, mid.reshape(-1, mid.shape[-1])).reshape(mid.shape)
+        return LossValue(((target - f) ** 2).sum(dim=(0, 2)).mean())
+
+
+def build_loss(partial: Callable[..., Loss], context: LossContext) -> Loss:
+    """Complete a configured loss (a class or ``functools.partial`` from ``_target_`` with
+    ``_partial_: true``) with the fields of the run's context that it takes. ValueError when the
+    context sets a train option (substeps, segments, init) away from its default and the loss
+    does not take it (only losses that integrate use them)."""
+    accepted = inspect.signature(partial).parameters
+    taken, unused = {}, []
+    for f in fields(context):
+        value = getattr(context, f.name)
+        if f.name in accepted:
+            taken[f.name] = value
+        elif f.default is not MISSING and value != f.default:
+            unused.append(f"train.{f.name}={value}")
+    name = getattr(getattr(partial, "func", partial), "__name__", str(partial))
+    if unused:
+        raise ValueError(f"{', '.join(unused)} applies to losses that integrate, not to {name}")
+    return partial(**taken)

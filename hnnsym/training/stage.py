@@ -1,0 +1,121 @@
+"""The train stage: ``train(cfg)`` learns H_θ from the data file that ``generate`` wrote for the
+same overrides, into ``cfg.run_dir`` (checkpoints, metrics.csv, config.yaml)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from hnnsym.artifacts import exclusive_dir, write_text
+from hnnsym.config.build import build_model, build_optimizer, build_run_loss, build_scheduler
+from hnnsym.config.runtime import configure, resolve_dtype
+from hnnsym.config.schemas import validated
+from hnnsym.data.hdf5 import read_dataset
+from hnnsym.data.windows import random_windows
+from hnnsym.errors import UserError
+from hnnsym.ode.gradients import get_gradient
+from hnnsym.ode.integrators import integrator_from_config
+from hnnsym.physics.systems import get_system
+from hnnsym.training.checkpoints import load_checkpoint, provenance, resume_from
+from hnnsym.training.losses import LossContext
+from hnnsym.training.trainer import TrainData, Trainer, TrainOptions, TrainState
+
+# Shown when two jobs of a sweep would write one run dir.
+_RUN_DIR_HINT = (
+    "; jobs that differ only in keys outside run_name need their own run_dir, e.g. "
+    "'run_dir=outputs/${run_name}/lr${train.lr}'"
+)
+
+
+@dataclass
+class TrainResult:
+    state: TrainState
+    run_dir: Path
+    best: Path
+    last: Path
+
+
+def train(cfg: DictConfig) -> TrainResult:
+    """Validate ``cfg``, read the data, lock the run dir, build the parts and train."""
+    validated(cfg, "system", "noise", "train")
+    t = cfg.train
+    device, dtype = configure(cfg), resolve_dtype(cfg.dtype)
+    try:
+        system = get_system(cfg.system.name, **cfg.system.params)
+    except (TypeError, ValueError) as err:
+        raise UserError(str(err)) from err
+    data_file = Path(cfg.data_file)
+    data = read_dataset(data_file, system=system.name, dim=system.dim, splits=("train", "val"))
+    obs_dt = float(data.attrs["obs_dt"])
+    trajectories = torch.as_tensor(
+        data.splits["train"].observed[: t.max_train], dtype=dtype, device=device
+    )
+    val = torch.as_tensor(data.splits["val"].observed[: t.max_val], dtype=dtype, device=device)
+    if t.window > trajectories.shape[1] - 1:
+        raise UserError(
+            f"train.window={t.window} is longer than the trajectories "
+            f"({trajectories.shape[1] - 1} steps)"
+        )
+    if t.batch_size > trajectories.shape[0]:
+        print(
+            f"note: train.batch_size={t.batch_size} exceeds the {trajectories.shape[0]} training "
+            "trajectories; each epoch is one batch of all of them",
+            file=sys.stderr,
+        )
+    run_dir = Path(cfg.run_dir)
+    with exclusive_dir(run_dir, "train", _RUN_DIR_HINT):
+        checkpoint = resume_from(run_dir, t.resume, t.overwrite)
+        trainer = build_trainer(cfg, run_dir, trajectories, val, obs_dt, system.dim, data_file,
+                                {"name": system.name, "params": dict(system.params)})  # fmt: skip
+        if checkpoint is not None:
+            trainer.restore(load_checkpoint(checkpoint), checkpoint)
+            print(f"resuming {run_dir} from epoch {trainer.state.epoch}")
+        write_text(run_dir / "config.yaml", OmegaConf.to_yaml(trainer.provenance["config"]))
+        state = trainer.fit()
+    return TrainResult(state, run_dir, trainer.best_path, trainer.last_path)
+
+
+def build_trainer(
+    cfg: DictConfig,
+    run_dir: Path,
+    trajectories: torch.Tensor,
+    val: torch.Tensor,
+    obs_dt: float,
+    dim: int,
+    data_file: Path,
+    system: dict,
+) -> Trainer:
+    """The Trainer of this run: model, loss, optimizer and scheduler from their ``_target_``
+    configs, the seeded generators, fixed validation windows, and the provenance."""
+    t = cfg.train
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, dim).to(device=trajectories.device, dtype=trajectories.dtype)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    val_generator = torch.Generator().manual_seed(cfg.seed + 1_000_003)
+    val_windows = random_windows(val, t.window, torch.arange(val.shape[0]), val_generator)
+    try:
+        integrator = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
+        gradient = get_gradient(cfg.gradient.name)
+    except ValueError as err:
+        raise UserError(str(err)) from err
+    context = LossContext(integrator, gradient, obs_dt, int(t.substeps), int(t.segments),
+                          str(t.init), int(t.init_iterations))  # fmt: skip
+    loss = build_run_loss(cfg.method, context)
+    if t.window < loss.min_window:
+        raise UserError(
+            f"method {cfg.method.name}'s loss needs train.window >= {loss.min_window}, "
+            f"got {t.window}"
+        )
+    optimizer = build_optimizer(t, model)
+    scheduler = build_scheduler(t, optimizer)
+    container = OmegaConf.to_container(cfg, resolve=True)
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    return Trainer(
+        model, loss, optimizer, scheduler,
+        TrainData(trajectories, val_windows, generator), TrainOptions.from_config(t), run_dir,
+        provenance(container, model_cfg, dim, system, data_file),
+    )  # fmt: skip

@@ -1,0 +1,296 @@
+"""Training on windows of observations (seed 000), with resume: the epoch loop and checkpoints.
+
+The losses (seed 000's rollout loss ``WindowLoss`` and the baselines' ones) are in
+``hnnsym.training.losses``; the trainer is the same for all of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from omegaconf import DictConfig
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from hnnsym.artifacts import atomic_path, now_utc
+from hnnsym.data.windows import random_windows
+from hnnsym.errors import ConvergenceError, UserError
+from hnnsym.ode.problem import SolverStats
+from hnnsym.training.checkpoints import best_path, last_path, save_checkpoint, trained_options
+from hnnsym.training.losses import evaluate_loss
+
+
+@dataclass
+class TrainState:
+    """Everything that changes during training and must survive a resume."""
+
+    epoch: int = 0
+    history: list[dict] = field(default_factory=list)
+    best_val: float = math.inf
+    best_epoch: int = -1
+    bad_epochs: int = 0
+    elapsed: float = 0.0  # wall seconds spent training, summed over resumes
+    time_to_best: float = math.nan
+    finished: bool = False
+    stop_reason: str = ""
+
+
+@dataclass
+class TrainOptions:
+    """The train options the loop itself uses (``train.*``; the rest build its parts)."""
+
+    epochs: int
+    batch_size: int
+    window: int
+    val_batch_size: int
+    patience: int  # early stop: epochs without a relative improvement of min_delta
+    min_delta: float
+    schedule: str = "plateau"  # the scheduler's name, recorded so a resume can refuse another
+    progress: bool = True
+
+    @classmethod
+    def from_config(cls, t: DictConfig) -> TrainOptions:
+        return cls(
+            int(t.epochs), int(t.batch_size), int(t.window), int(t.val_batch_size),
+            int(t.early_stop.patience), float(t.early_stop.min_delta), str(t.schedule),
+            bool(t.progress),
+        )  # fmt: skip
+
+
+@dataclass
+class TrainData:
+    """Training trajectories (N, T+1, 2d), fixed validation windows (τ+1, M, 2d), and the
+    generator of the batch order and window starts."""
+
+    train: Tensor
+    val_windows: Tensor
+    generator: torch.Generator
+
+
+LossFunction = Callable[[nn.Module, Tensor], Tensor]  # a Loss, or any callable giving a scalar
+
+
+class Trainer:
+    """Epoch loop, validation, checkpoints (last.pt every epoch, best.pt on improvement)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss: LossFunction,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+        data: TrainData,
+        options: TrainOptions,
+        run_dir: Path,
+        provenance: dict,
+    ):
+        self.model, self.loss, self.optimizer, self.scheduler = model, loss, optimizer, scheduler
+        self.train, self.val_windows, self.generator = data.train, data.val_windows, data.generator
+        self.options, self.run_dir, self.provenance = options, Path(run_dir), provenance
+        self.state = TrainState()
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    @property
+    def last_path(self) -> Path:
+        return last_path(self.run_dir)
+
+    @property
+    def best_path(self) -> Path:
+        return best_path(self.run_dir)
+
+    def payload(self) -> dict:
+        return {
+            **self.provenance,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "generator": self.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "state": self.state.__dict__.copy(),
+            "epoch": self.state.epoch,
+            "saved": now_utc(),
+        }
+
+    def restore(self, payload: dict, path: Path) -> None:
+        """Continue from a checkpoint of this run; refuses one made for another architecture."""
+        if payload.get("model_config") != self.provenance["model_config"]:
+            raise UserError(
+                f"checkpoint {path} holds model {payload.get('model_config')}, but the config asks "
+                f"for {self.provenance['model_config']}; resume with the overrides it was trained with"
+            )
+        try:
+            self.model.load_state_dict(payload["model"])
+        except RuntimeError as err:
+            raise UserError(f"checkpoint {path} does not fit the model: {err}") from err
+        saved = trained_options(payload).get("schedule", "plateau")
+        if saved != self.options.schedule:
+            raise UserError(
+                f"checkpoint {path} was trained with train.schedule={saved}; resume with it"
+            )
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.scheduler.load_state_dict(payload["scheduler"])
+        self.generator.set_state(payload["generator"])
+        torch.set_rng_state(payload["torch_rng"])
+        self.state = TrainState(**payload["state"])
+
+    def write_metrics(self) -> None:
+        with atomic_path(self.run_dir / "metrics.csv") as tmp:
+            pd.DataFrame(self.state.history).to_csv(tmp, index=False)
+
+    # ---- one epoch ---------------------------------------------------------------------------
+    def validate(self) -> float:
+        total, n = 0.0, self.val_windows.shape[1]
+        with torch.no_grad():
+            size = self.options.val_batch_size
+            for start in range(0, n, size):
+                w = self.val_windows[:, start : start + size]
+                total += float(self.loss(self.model, w)) * w.shape[1]
+        return total / n
+
+    def run_epoch(self) -> dict:
+        t = self.options
+        stats = SolverStats()
+        n = self.train.shape[0]
+        order = torch.randperm(n, generator=self.generator)
+        batches = [order[i : i + t.batch_size] for i in range(0, n, t.batch_size)]
+        start = time.perf_counter()
+        running = 0.0
+        bar = tqdm(
+            batches, desc=f"epoch {self.state.epoch + 1}/{t.epochs}", leave=False,
+            disable=not t.progress, dynamic_ncols=True,
+        )  # fmt: skip
+        for k, idx in enumerate(bar):
+            self._check_interrupt()
+            windows = random_windows(self.train, t.window, idx, self.generator)
+            self.optimizer.zero_grad(set_to_none=True)
+            value = evaluate_loss(self.loss, self.model, windows)
+            loss = value.value
+            if not torch.isfinite(loss):
+                raise _Diverged(f"loss {loss.item()} at epoch {self.state.epoch + 1}, batch {k}")
+            loss.backward()
+            stats.merge(value.stats)  # after backward: forward and adjoint iterations
+            try:
+                self.optimizer.step()
+            except RuntimeError as err:  # e.g. a step size beyond the dtype's range
+                raise _Diverged(f"the optimizer step failed at epoch {self.state.epoch + 1}, "
+                                f"batch {k} ({err})") from err  # fmt: skip
+            if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+                raise _Diverged(
+                    f"non-finite parameters after the step at epoch {self.state.epoch + 1}, batch {k}"
+                )
+            running += (loss.item() - running) / (k + 1)
+            bar.set_postfix(loss=f"{running:.3e}")
+        val = self.validate()
+        if not math.isfinite(val):
+            raise _Diverged(f"validation loss {val} at epoch {self.state.epoch + 1}")
+        seconds = time.perf_counter() - start
+        return {
+            "epoch": self.state.epoch + 1,
+            "train_loss": running,
+            "val_loss": val,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "epoch_time": seconds,
+            "wall_time": self.state.elapsed + seconds,
+            "solver_mean_iterations": stats.mean_iterations,
+            "solver_max_iterations": stats.max_iterations,
+            "solver_unconverged": stats.unconverged,
+        }
+
+    def fit(self) -> TrainState:
+        """Train to the budget or early stop. Ctrl-C (SIGINT) is deferred to the next batch
+        boundary or to after the epoch's checkpoints are written, then raised as ``Interrupted``
+        (a KeyboardInterrupt saying what was saved): last.pt always holds a whole epoch."""
+        with _deferred_sigint() as self._interrupt:
+            try:
+                return self._fit()
+            except KeyboardInterrupt:
+                if self.state.epoch:
+                    saved = (f"{self.last_path} holds epoch {self.state.epoch}; continue with "
+                             "train.resume=true")  # fmt: skip
+                else:
+                    saved = "no epoch had completed, nothing was saved"
+                raise Interrupted(saved) from None
+
+    def _check_interrupt(self) -> None:
+        if getattr(self, "_interrupt", {}).get("set"):
+            raise KeyboardInterrupt
+
+    def _fit(self) -> TrainState:
+        t, s = self.options, self.state
+        while s.epoch < t.epochs and not s.finished:
+            self._check_interrupt()
+            try:
+                row = self.run_epoch()
+            except (_Diverged, ConvergenceError) as err:
+                where = f"the last good checkpoint is kept at {self.last_path} (epoch {s.epoch})"
+                if s.epoch == 0:
+                    where = "no epoch completed, so no checkpoint was written"
+                what = (
+                    "training diverged" if isinstance(err, _Diverged) else "the integrator failed"
+                )
+                raise UserError(
+                    f"{what}: {err}; {where}; try a smaller train.lr, train.substeps > 1 or a "
+                    f"larger integrator.max_iter"
+                ) from err
+            s.epoch += 1
+            s.elapsed = row["wall_time"]
+            s.history.append(row)
+            if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                self.scheduler.step(row["val_loss"])
+            else:
+                self.scheduler.step()
+            improved = row["val_loss"] < s.best_val * (1 - t.min_delta)
+            if row["val_loss"] < s.best_val:
+                s.best_val, s.best_epoch, s.time_to_best = row["val_loss"], s.epoch, s.elapsed
+            s.bad_epochs = 0 if improved else s.bad_epochs + 1
+            if s.bad_epochs >= t.patience:
+                s.finished, s.stop_reason = True, f"validation plateau ({s.bad_epochs} epochs)"
+            elif s.epoch >= t.epochs:
+                s.finished, s.stop_reason = True, "epoch budget"
+            row["best_val_loss"] = s.best_val
+            payload = self.payload()
+            if s.best_epoch == s.epoch:
+                save_checkpoint(self.best_path, payload)
+            save_checkpoint(self.last_path, payload)
+            self.write_metrics()  # after last.pt: every row of metrics.csv has its checkpoint
+            tqdm.write(
+                f"epoch {s.epoch:3d}  train {row['train_loss']:.4e}  val {row['val_loss']:.4e}  "
+                f"lr {row['lr']:.1e}  {row['epoch_time']:.1f}s"
+            )
+        return s
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during training; the message says what the run dir holds."""
+
+
+class _Diverged(RuntimeError):
+    pass
+
+
+@contextlib.contextmanager
+def _deferred_sigint() -> Iterator[dict]:
+    """While active, SIGINT sets flag["set"] instead of raising (main thread only)."""
+    flag = {"set": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum, frame):
+        flag["set"] = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
