@@ -62,9 +62,9 @@ class Method:
         ours: ``gradient``, backprop or checkpoint, which give the same numbers) with exactly
         ``iterations`` fixed-point iterations per stage solve.
 
-        Backprop differentiates the iterations it ran, starting from a detached predictor, so its
-        derivative has the error c^k of k iterations (c = contraction factor) even when the states
-        have converged after fewer: a fixed, generous k makes the derivative converge as well.
+        Backprop differentiates the iterations it ran (predictor included), so its derivative has
+        an error of order c^k after k iterations (c = contraction factor) on top of the states'
+        own: a fixed, generous k makes the derivative converge as well.
         """
         if self.backend == "torchdiffeq":
             return replace(self, gradient="odeint", label="", solver={})

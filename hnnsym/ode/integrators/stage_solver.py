@@ -101,7 +101,8 @@ class FixedPoint:
 class RungeKutta:
     """A (partitioned) Runge–Kutta tableau plus the options of its stage solver. ``predictor``
     gives the first stage guess: explicit RK2 ("rk2"), Euler ("euler") or the observed next state
-    ("observed", needs a guess; RK2 where none is given)."""
+    ("observed", needs a guess; RK2 where none is given). The predictor stays in the graph, so
+    ``gradient=backprop`` differentiates exactly the iteration that was computed."""
 
     tableau: Tableau
     solver: FixedPoint = field(default_factory=FixedPoint)
@@ -213,12 +214,13 @@ class RungeKutta:
         order = self.explicit_order(separable)
         if order is not None:
             return self._explicit_stages(f, y, h, n_q, order)
+        # the predictor stays in the graph: backprop then differentiates the iteration as run
         if guess is not None:
-            K0 = ((guess - y) / h).detach()
+            K0 = (guess - y) / h
         elif self.predictor == "euler":
-            K0 = f(y).detach()
+            K0 = f(y)
         else:
-            K0 = f(y + 0.5 * h * f(y)).detach()  # slope of explicit RK2 (midpoint)
+            K0 = f(y + 0.5 * h * f(y))  # slope of explicit RK2 (midpoint)
         K0 = K0.unsqueeze(0).expand(self.tableau.stages, *y.shape)
         return self.solver.iterate(
             lambda K: self.stage_equations(f, y, K, h, n_q), K0, abs(h), stats, where
