@@ -23,10 +23,13 @@ import torch
 from torch import Tensor
 
 from hnnsym import integrate
+from hnnsym.ode.gradients import get_gradient
 from hnnsym.physics.models import HNN
 
 F64, F32 = torch.float64, torch.float32
-METHODS = ("backprop", "checkpoint", "symplectic_adjoint")
+# symplectic_adjoint solves its adjoint stage equations directly by default (small systems);
+# "symplectic_adjoint/fixed_point" is the iterative solve.
+METHODS = ("backprop", "checkpoint", "symplectic_adjoint", "symplectic_adjoint/fixed_point")
 PAIRS = [(a, b) for i, a in enumerate(METHODS) for b in METHODS[i + 1 :]]
 # leapfrog and symplectic Euler are implicit here: HNN is one MLP over (q, p), not separable
 IMPLICIT = (
@@ -77,7 +80,9 @@ def hnnsym_gradients(model: HNN, y0: Tensor, h: float, steps: int, integrator: s
     The output bias has no gradient (H is defined up to a constant): None counts as zero."""
     y0 = y0.detach().clone().requires_grad_(True)
     params = list(model.parameters())
-    traj = integrate(model, y0, h, steps, integrator, method)
+    name, _, solve = method.partition("/")
+    gradient = get_gradient(name, **({"adjoint_solve": solve} if solve else {}))
+    traj = integrate(model, y0, h, steps, integrator, gradient)
     g = torch.autograd.grad(loss(traj), [*params, y0], allow_unused=True)
     g_theta = [torch.zeros_like(p) if gi is None else gi for gi, p in zip(g[:-1], params)]
     return flat(g_theta), g[-1]
@@ -215,10 +220,11 @@ def test_midpoint_matches_independent_reference(method, h):
 def test_exact_methods_agree_at_default_tolerances(pair, integrator, h, dtype):
     """backprop, checkpoint and symplectic_adjoint agree pairwise to <= 1e-10 relative in float64
     and <= 1e-5 in float32, for dL/dθ and dL/dy0, at the default solver tolerances."""
-    # Measured (seed 0): float64 pairs <= 1.4e-12 (leapfrog h = 0.01, dθ; most ~1e-13 or below),
-    # float32 pairs <= 1.8e-6 (symplectic_adjoint vs the others, midpoint h = 0.1, dθ). Reported,
-    # not asserted: the float32 gradients are 0.8e-7 .. 1.7e-6 from the float64 one (the
-    # reference for midpoint, float64 symplectic_adjoint otherwise), i.e. float32 rounding.
+    # Measured (seed 0, with the fixed-point adjoint): float64 pairs <= 1.4e-12 (leapfrog
+    # h = 0.01, dθ; most ~1e-13 or below), float32 pairs <= 1.8e-6 (symplectic_adjoint vs the
+    # others, midpoint h = 0.1, dθ). Reported, not asserted: the float32 gradients are
+    # 0.8e-7 .. 1.7e-6 from the float64 one (the reference for midpoint, float64
+    # symplectic_adjoint otherwise), i.e. float32 rounding.
     a, b = (gradients(dtype, h, integrator, m) for m in pair)
     err = (rel(a[0], b[0]), rel(a[1], b[1]))
     assert all(torch.isfinite(x).all() for x in (*a, *b))

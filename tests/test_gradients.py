@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from hnnsym import integrate
 from hnnsym.errors import ConvergenceError, IncompatibleError
+from hnnsym.ode.gradients import get_gradient
 from hnnsym.ode.gradients.symplectic_adjoint import SymplecticAdjoint
 from hnnsym.ode.integrators import FixedPoint, get_integrator
 from hnnsym.physics.models import HNN, SeparableHNN
@@ -201,3 +202,76 @@ def test_symplectic_adjoint_reports_an_unconverged_adjoint_solve():
     traj = integrate(H, y0, 0.1, 3, get_integrator("implicit_midpoint", tol=TOL), method)
     with pytest.raises(ConvergenceError, match="in the adjoint of step 2: residual"):
         traj.sum().backward()
+
+
+STEPWISE = {
+    "checkpoint": ("checkpoint", {}),
+    "symplectic_adjoint/fixed_point": ("symplectic_adjoint", {"adjoint_solve": "fixed_point"}),
+    "symplectic_adjoint/direct": ("symplectic_adjoint", {"adjoint_solve": "direct", "chunk": 4}),
+}
+
+
+@pytest.mark.parametrize("variant", list(STEPWISE))
+@pytest.mark.parametrize("keep_every", [3, "sqrt", 100])
+def test_keeping_every_kth_state_gives_the_same_gradient(variant, keep_every):
+    """keep_every=k recomputes the states between kept ones in backward: the same steps from the
+    same state, so the gradient is the all-states one, bit for bit when the steps are taken one at
+    a time, to rounding when the direct adjoint sums each chunk's dL/dθ in one VJP (the chunks then
+    fall elsewhere); and backprop's to 1e-10."""
+    method, options = STEPWISE[variant]
+    d, steps = 2, 10
+    H = make_model(HNN, d, seed=3, gain=5.0)
+    y0 = torch.randn(4, 2 * d, dtype=F64, generator=torch.Generator().manual_seed(1))
+    weights = torch.randn(
+        steps + 1, 4, 2 * d, dtype=F64, generator=torch.Generator().manual_seed(2)
+    )
+    params = list(H.parameters())
+
+    def grads(gradient):
+        y = y0.clone().requires_grad_(True)
+        traj = integrate(H, y, 0.1, steps, "gauss_legendre4", gradient)
+        return torch.autograd.grad((weights * traj**2).sum(), [y, *params], allow_unused=True)
+
+    every = grads(get_gradient(method, keep_every=keep_every, **options))
+    for a, b in zip(every, grads(get_gradient(method, **options)), strict=True):
+        if variant.endswith("direct"):
+            torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-15)
+        else:
+            assert (a is None and b is None) or torch.equal(a, b)
+    for a, b in zip(every, grads("backprop"), strict=True):
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-13)
+
+
+def test_keep_every_saves_fewer_states():
+    """Saved for backward by the stepwise function: N+1 states with k = 1, ⌈N/k⌉ with k > 1."""
+    steps, B = 64, 8
+    H = make_model(HNN, 1, seed=0, gain=1.0)
+    y0 = torch.randn(B, 2, dtype=F64)
+    sizes = {}
+    for keep in (1, 8, "sqrt"):
+        saved = []
+
+        def pack(t, saved=saved):
+            if t.dim() == 3 and t.shape[1:] == (B, 2):  # states (time, batch, 2d)
+                saved.append(t.shape[0])
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            integrate(
+                H,
+                y0,
+                0.01,
+                steps,
+                "implicit_midpoint",
+                get_gradient("symplectic_adjoint", keep_every=keep),
+            )
+        sizes[keep] = saved
+    assert sizes[1] == [steps + 1]
+    assert sizes[8] == sizes["sqrt"] == [8]
+
+
+def test_bad_keep_every_is_refused():
+    for bad in (0, -2, 1.5, "log"):
+        with pytest.raises(ValueError, match="keep_every"):
+            get_gradient("symplectic_adjoint", keep_every=bad)

@@ -4,6 +4,7 @@ setting (columns, figure, exactness of the symplectic adjoint, memory growth), t
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from hnnsym.errors import UserError
 from hnnsym.profiling.iteration import iteration, make_inputs, make_model, make_solver
 from hnnsym.profiling.memory import rss_subprocess
 from hnnsym.profiling.meter import SavedTensorMeter
+from hnnsym.profiling.outputs import summary_tables
 from hnnsym.profiling.plan import Method, Setting, methods_from_config
 from hnnsym.profiling.run import COLUMNS
 
@@ -127,6 +129,26 @@ def test_malformed_method_entries_are_user_errors():
         methods_from_config([{"gradient": "backprop", "backend": "jax"}], "implicit_midpoint", HNN)
     with pytest.raises(UserError, match="unique"):
         methods_from_config([{"gradient": "backprop"}] * 2, "implicit_midpoint", HNN)
+    with pytest.raises(UserError, match=r"methods\[0\].options: .*keep_every"):
+        entry = {"gradient": "symplectic_adjoint", "options": {"keep_every": 0}}
+        methods_from_config([entry], "implicit_midpoint", HNN)
+
+
+def test_gradient_options_reach_the_method_and_the_ratio_tables():
+    """profile.methods entries carry the gradient method's options (keep_every), and profile.md
+    gains backprop's time and memory over each method's."""
+    entries = [{"gradient": "backprop"},
+               {"gradient": "symplectic_adjoint", "options": {"keep_every": "sqrt"}, "label": "sa"}]  # fmt: skip
+    methods, _ = methods_from_config(entries, "implicit_midpoint", HNN)
+    assert methods[1].options == {"keep_every": "sqrt"} and methods[1].key != methods[0].key
+    rows = pd.DataFrame({"method": ["backprop", "sa"], "steps": [8, 8], "cpu_ms": [10.0, 4.0],
+                         "saved_mb_peak": [30.0, 0.5]})  # fmt: skip
+    text = summary_tables(rows)
+    time_part, memory_part = text.split("backprop CPU time / the method's")[1].split(
+        "backprop peak saved memory / the method's"
+    )
+    assert re.search(r"\| sa\s+\|\s+2\.5 \|", time_part)
+    assert re.search(r"\| sa\s+\|\s+60 \|", memory_part)
 
 
 # ---- the stage end to end ------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 A model without a Hamiltonian (``hnnsym.physics.models.NODE``) defines ``vector_field(y)`` itself and sets
 ``has_hamiltonian = False``; ``vector_field`` below then calls it, so every integrator and
-gradient method runs it unchanged.
+gradient method runs it unchanged. A model with ``energy_gradient(y)`` (∇H in closed form, or None)
+is asked for ∇H instead of autograd.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ def vector_field(H: Hamiltonian, y: Tensor, create_graph: bool | None = None) ->
     if callable(own):
         with torch.set_grad_enabled(create_graph):
             return own(y)
+    closed = getattr(H, "energy_gradient", None)
+    if callable(closed):  # ∇H in closed form (hnnsym.physics.models): no autograd.grad call
+        with torch.set_grad_enabled(create_graph):
+            grad = closed(y)
+        if grad is not None:
+            return symplectic_gradient(grad)
     with torch.enable_grad():
         if not y.requires_grad:
             y = y.detach().requires_grad_(True)

@@ -2,22 +2,31 @@
 
 ``NODE`` is the exception: an unstructured vector field (B, 2d) -> (B, 2d) with no H, for
 comparison (``has_hamiltonian = False``; ``hnnsym.ode.dynamics.vector_field`` calls its own
-``vector_field``).
+``vector_field``). ``Potential`` is learned from positions only: V_θ(q) (B, d) -> (B,) and a
+mass matrix, stepped by the position schemes of ``hnnsym.ode.lagrangian`` (seed 002).
+
+The MLP Hamiltonians also give ∇H in closed form (``energy_gradient``, ``mlp_gradient``): the
+output weight back-propagated through the layers by hand, ∇H = W₁ᵀ(σ'(z₁) ⊙ W₂ᵀ(σ'(z₂) ⊙ … W_Lᵀ)).
+It is made of ordinary differentiable ops, so ``vector_field`` needs no ``autograd.grad`` call and
+the vector–Jacobian products of f that the gradient methods take are one backward pass instead
+of a double backward through autograd's graph of a gradient.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
-
-ACTIVATIONS = {"tanh": nn.Tanh, "softplus": nn.Softplus, "sin": None, "gelu": nn.GELU}
 
 
 class Sin(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return torch.sin(x)
+
+
+ACTIVATIONS = {"tanh": nn.Tanh, "softplus": nn.Softplus, "sin": Sin, "gelu": nn.GELU}
 
 
 def mlp(
@@ -29,10 +38,50 @@ def mlp(
     layers: list[nn.Module] = []
     width = n_in
     for h in hidden:
-        layers += [nn.Linear(width, h), Sin() if activation == "sin" else ACTIVATIONS[activation]()]
+        layers += [nn.Linear(width, h), ACTIVATIONS[activation]()]
         width = h
     layers.append(nn.Linear(width, n_out))
     return nn.Sequential(*layers)
+
+
+def _activation_derivative(act: nn.Module) -> Callable[[Tensor, Tensor], Tensor] | None:
+    """σ'(z) as a function of (z, σ(z)) for the activations of ``mlp``; None if unknown."""
+    if isinstance(act, nn.Tanh):
+        return lambda z, a: 1 - a * a
+    if isinstance(act, Sin):
+        return lambda z, a: torch.cos(z)
+    if isinstance(act, nn.Softplus):
+        beta, threshold = act.beta, act.threshold  # linear above the threshold, as torch's
+        return lambda z, a: torch.where(z * beta > threshold, 1.0, torch.sigmoid(z * beta))
+    if isinstance(act, nn.GELU) and act.approximate == "none":
+        return lambda z, a: (
+            0.5 * (1 + torch.erf(z / math.sqrt(2)))
+            + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+        )
+    return None
+
+
+def mlp_gradient(net: nn.Sequential, x: Tensor) -> Tensor:
+    """∇ₓ of a scalar MLP built by ``mlp`` (n_in -> ... -> 1) in closed form: (..., n_in).
+
+    Equal to ``autograd.grad`` of the network to rounding; differentiable with respect to x and
+    the weights by ordinary backward (no double backward)."""
+    layers = list(net)
+    hidden = list(zip(layers[0:-1:2], layers[1::2]))
+    h, slopes = x, []
+    for linear, act in hidden:
+        z = linear(h)
+        h = act(z)
+        slopes.append(_activation_derivative(act)(z, h))
+    g = layers[-1].weight.expand(*x.shape[:-1], -1)
+    for (linear, _), slope in zip(reversed(hidden), reversed(slopes)):
+        g = (g * slope) @ linear.weight
+    return g
+
+
+def has_closed_gradient(net: nn.Sequential) -> bool:
+    """Whether ``mlp_gradient`` knows every activation of ``net``."""
+    return all(_activation_derivative(m) is not None for m in list(net)[1:-1:2])
 
 
 class HNN(nn.Module):
@@ -47,6 +96,10 @@ class HNN(nn.Module):
 
     def forward(self, y: Tensor) -> Tensor:
         return self.net(y).squeeze(-1)
+
+    def energy_gradient(self, y: Tensor) -> Tensor | None:
+        """∇H(y) (..., 2d) in closed form, or None for an activation without one."""
+        return mlp_gradient(self.net, y) if has_closed_gradient(self.net) else None
 
 
 class SeparableHNN(nn.Module):
@@ -87,6 +140,36 @@ class SeparableHNN(nn.Module):
     def forward(self, y: Tensor) -> Tensor:
         return self.kinetic(y[..., self.dim :]) + self.potential(y[..., : self.dim])
 
+    def kinetic_grad(self, p: Tensor) -> Tensor:
+        """T'(p) in closed form (autograd for an activation without one)."""
+        if self.kinetic_kind == "mass":
+            return p * torch.exp(-self.log_mass)
+        if has_closed_gradient(self.kinetic_net):
+            return mlp_gradient(self.kinetic_net, p)
+        return _autograd_gradient(self.kinetic, p)
+
+    def potential_grad(self, q: Tensor) -> Tensor:
+        """V'(q) in closed form (autograd for an activation without one)."""
+        if has_closed_gradient(self.potential_net):
+            return mlp_gradient(self.potential_net, q)
+        return _autograd_gradient(self.potential, q)
+
+    def energy_gradient(self, y: Tensor) -> Tensor:
+        """∇H(y) = [V'(q), T'(p)]."""
+        return torch.cat(
+            [self.potential_grad(y[..., : self.dim]), self.kinetic_grad(y[..., self.dim :])], -1
+        )
+
+
+def _autograd_gradient(fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+    """∇fn(x) by autograd, with a graph when grad mode is on."""
+    graph = torch.is_grad_enabled()
+    with torch.enable_grad():
+        if not x.requires_grad:
+            x = x.detach().requires_grad_(True)
+        (g,) = torch.autograd.grad(fn(x).sum(), x, create_graph=graph)
+    return g
+
 
 class NODE(nn.Module):
     """An unstructured vector field f_θ(y) = MLP(y), 2d -> hidden -> 2d: a neural ODE, no H.
@@ -108,6 +191,88 @@ class NODE(nn.Module):
 
     def vector_field(self, y: Tensor) -> Tensor:
         return self.net(y)
+
+
+class Potential(nn.Module):
+    """V_θ(q): positions (B, d) -> (B,), with a mass matrix M, for learning from positions only
+    (seed 002, DDLM; its baselines use the same network).
+
+    The MLP d -> hidden -> 1 has orthogonal weights and zero biases at initialisation (seed 002 /
+    DGNet: hidden (200, 200), i.e. three weight layers, tanh). ``mass``: "identity" (M = I, as in
+    the paper) or "learned" (M = L Lᵀ with L lower triangular, its diagonal exp(·) > 0: positive
+    definite by construction, starting at I). ``discrete_gradient`` (gonzalez | avf, with
+    ``avf_nodes``) is the ∇̄V that Eq. 12 uses in training and prediction
+    (``hnnsym.ode.lagrangian``).
+
+    Not a Hamiltonian of states (``has_hamiltonian = False``, ``position_only = True``): the
+    position schemes, not the integrators of ``hnnsym.ode``, step it. Its energy on states is
+    ``energy(q, v)`` = ½ vᵀMv + V(q).
+    """
+
+    separable = False
+    has_hamiltonian = False
+    position_only = True
+
+    def __init__(
+        self,
+        dim: int,
+        hidden: Sequence[int] = (200, 200),
+        activation: str = "tanh",
+        init: str = "orthogonal",
+        mass: str = "identity",
+        discrete_gradient: str = "gonzalez",
+        avf_nodes: int = 4,
+    ):
+        super().__init__()
+        if init not in ("orthogonal", "default"):
+            raise ValueError(f"init must be 'orthogonal' or 'default', got {init!r}")
+        if mass not in ("identity", "learned"):
+            raise ValueError(f"mass must be 'identity' or 'learned', got {mass!r}")
+        if discrete_gradient not in ("gonzalez", "avf"):
+            raise ValueError(
+                f"discrete_gradient must be 'gonzalez' or 'avf', got {discrete_gradient!r}"
+            )
+        if int(avf_nodes) != avf_nodes or avf_nodes < 1:
+            raise ValueError(f"avf_nodes must be a whole number >= 1, got {avf_nodes}")
+        self.dim = dim
+        self.mass_kind = mass
+        self.discrete_gradient = discrete_gradient
+        self.avf_nodes = int(avf_nodes)
+        self.net = mlp(dim, hidden, activation)
+        if init == "orthogonal":
+            for layer in self.net.modules():
+                if isinstance(layer, nn.Linear):
+                    nn.init.orthogonal_(layer.weight)
+                    nn.init.zeros_(layer.bias)
+        if mass == "learned":
+            self.mass_factor = nn.Parameter(torch.zeros(dim, dim))
+
+    def forward(self, q: Tensor) -> Tensor:
+        return self.net(q).squeeze(-1)
+
+    def energy_gradient(self, q: Tensor) -> Tensor | None:
+        """∇V(q) (..., d) in closed form, or None for an activation without one."""
+        return mlp_gradient(self.net, q) if has_closed_gradient(self.net) else None
+
+    def mass_matrix(self) -> Tensor:
+        """M (d, d), symmetric positive definite, in the parameters' dtype and device."""
+        like = next(self.net.parameters())
+        if self.mass_kind == "identity":
+            return torch.eye(self.dim, dtype=like.dtype, device=like.device)
+        strict = torch.tril(self.mass_factor, diagonal=-1)
+        factor = strict + torch.diag(torch.exp(torch.diagonal(self.mass_factor)))
+        return factor @ factor.T
+
+    def energy(self, q: Tensor, v: Tensor) -> Tensor:
+        """½ vᵀ M v + V(q) for positions and velocities (..., d) -> (...)."""
+        M = self.mass_matrix()
+        flat = q.reshape(-1, self.dim)
+        return 0.5 * (v * (v @ M.T)).sum(-1) + self(flat).reshape(q.shape[:-1])
+
+
+def is_position_model(model: object) -> bool:
+    """Whether ``model`` is learned from positions only (V_θ(q) and M, ``Potential``)."""
+    return bool(getattr(model, "position_only", False))
 
 
 # The networks by the names configs written before ``_target_`` used (model.name / model.arch);

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from hnnsym.config.build import build_model
 from hnnsym.ode.dynamics import vector_field
+from hnnsym.ode.gradients import get_gradient
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.problem import SolverStats
 from hnnsym.ode.solve import solve
@@ -95,9 +96,10 @@ def make_solver(
     integrator = get_integrator(
         method.integrator, **solver_options(method.integrator, {**solver, **method.solver})
     )
+    gradient = get_gradient(method.gradient, **method.options)
 
     def run(y0: Tensor) -> tuple[Tensor, SolverStats]:
-        solution = solve(H, y0, dt, steps, integrator, method.gradient)
+        solution = solve(H, y0, dt, steps, integrator, gradient)
         return solution.ys, solution.stats
 
     return Solver(run)

@@ -25,8 +25,31 @@ SUMMARY = {
 }
 
 
+# The quantities also shown as ratios: backprop's value / the method's (> 1: the method is
+# cheaper than backprop).
+RATIOS = {
+    "cpu_ms": "backprop CPU time / the method's",
+    "saved_mb_peak": "backprop peak saved memory / the method's",
+    "rss_mb": "backprop RSS growth / the method's",
+}
+BASELINE = "backprop"
+
+
+def ratio_tables(df: pd.DataFrame) -> list[str]:
+    """Markdown tables of backprop's value over each method's, methods × steps (none without a
+    backprop row)."""
+    parts = []
+    for col, title in RATIOS.items():
+        if col not in df or df[col].isna().all() or BASELINE not in set(df["method"]):
+            continue
+        table = df.pivot_table(index="method", columns="steps", values=col, sort=False)
+        ratio = table.rdiv(table.loc[BASELINE], axis="columns").drop(index=BASELINE)
+        parts.append(f"**{title}**\n\n" + ratio.to_markdown(floatfmt=".3g"))
+    return parts
+
+
 def summary_tables(df: pd.DataFrame) -> str:
-    """Markdown: one table per measured quantity, methods × steps."""
+    """Markdown: one table per measured quantity, methods × steps, then the ratios to backprop."""
     parts = []
     for col, title in SUMMARY.items():
         if col not in df or df[col].isna().all():
@@ -36,7 +59,7 @@ def summary_tables(df: pd.DataFrame) -> str:
         )
         fmt = ".3g" if col.startswith("grad_err") else ".4g"
         parts.append(f"**{title}**\n\n" + table.to_markdown(floatfmt=fmt))
-    return "\n\n".join(parts)
+    return "\n\n".join(parts + ratio_tables(df))
 
 
 def plot_profile(df: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:

@@ -17,7 +17,7 @@ from hnnsym.config.build import model_spec
 from hnnsym.config.runtime import resolve_device, resolve_dtype
 from hnnsym.config.schemas import validated
 from hnnsym.errors import UserError
-from hnnsym.ode.gradients import GRADIENTS
+from hnnsym.ode.gradients import GRADIENTS, get_gradient
 from hnnsym.ode.integrators import INTEGRATORS, get_integrator
 from hnnsym.physics.systems import System, get_system
 
@@ -33,7 +33,8 @@ class Method:
 
     ``backend="torchdiffeq"``: ``gradient`` is ``odeint`` or ``odeint_adjoint`` and ``integrator``
     a torchdiffeq fixed-step method (``rk4``), with ``step_size = dt``. ``solver`` overrides the
-    integrator group's stage-solver options (tol, max_iter, predictor, on_fail) for this method.
+    integrator group's stage-solver options (tol, max_iter, predictor, on_fail) for this method;
+    ``options`` are the gradient method's own (e.g. ``keep_every`` of the stepwise methods).
     """
 
     gradient: str
@@ -42,6 +43,7 @@ class Method:
     backend: str = "hnnsym"
     label: str = ""
     solver: dict = field(default_factory=dict, hash=False, compare=False)
+    options: dict = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def model_name(self) -> str:
@@ -54,7 +56,8 @@ class Method:
     @property
     def key(self) -> str:
         return json.dumps(
-            [self.backend, self.gradient, self.integrator, self.model, self.solver], sort_keys=True
+            [self.backend, self.gradient, self.integrator, self.model, self.solver, self.options],
+            sort_keys=True,
         )
 
     def exact_reference(self, gradient: str = "checkpoint", iterations: int = 8) -> "Method":
@@ -69,7 +72,7 @@ class Method:
         if self.backend == "torchdiffeq":
             return replace(self, gradient="odeint", label="", solver={})
         fixed = {"tol": sys.float_info.min, "max_iter": int(iterations), "on_fail": "ignore"}
-        return replace(self, gradient=gradient, label="", solver=fixed)
+        return replace(self, gradient=gradient, label="", solver=fixed, options={})
 
 
 @dataclass
@@ -139,12 +142,14 @@ def methods_from_config(
     have_tde = _torchdiffeq_available()
     for i, raw in enumerate(entries):
         entry = dict(raw)
-        unknown = set(entry) - {"gradient", "integrator", "model", "backend", "label", "solver"}
+        keys = {"gradient", "integrator", "model", "backend", "label", "solver", "options"}
+        unknown = set(entry) - keys
         if unknown or "gradient" not in entry:
             raise UserError(
                 f"profile.methods[{i}] = {entry}: needs 'gradient' and may have only integrator, "
-                f"model, backend, label, solver (unexpected: {sorted(unknown)})"
+                f"model, backend, label, solver, options (unexpected: {sorted(unknown)})"
             )
+        options = dict(entry.get("options") or {})
         solver = dict(entry.get("solver") or {})
         if set(solver) - set(SOLVER_KEYS):
             raise UserError(f"profile.methods[{i}].solver may set only {SOLVER_KEYS}, got {solver}")
@@ -190,13 +195,17 @@ def methods_from_config(
                 notes.append(f"{what}: skipped, gradient {gradient!r} is not registered")
                 continue
             try:
+                get_gradient(gradient, **options)
+            except ValueError as err:
+                raise UserError(f"profile.methods[{i}].options: {err}") from err
+            try:
                 get_integrator(integ)
             except ValueError:
                 notes.append(f"{what}: skipped, integrator {integ!r} is not registered")
                 continue
             default_setup = integ == integrator and mcfg.get("name") == model.get("name")
             label = label or (gradient if default_setup else f"{gradient}/{integ}/{mcfg['name']}")
-        methods.append(Method(gradient, integ, mcfg, backend, label, solver))
+        methods.append(Method(gradient, integ, mcfg, backend, label, solver, options))
     labels = [m.label for m in methods]
     if len(set(labels)) != len(labels):
         raise UserError(f"profile.methods: labels must be unique, got {labels}")

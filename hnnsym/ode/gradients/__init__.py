@@ -1,5 +1,8 @@
 """Gradient methods: interchangeable ways to differentiate one rollout of ``integrate``."""
 
+from collections.abc import Mapping
+from typing import Any
+
 from hnnsym.ode.gradients.adjoint import Adjoint
 from hnnsym.ode.gradients.backprop import Backprop
 from hnnsym.ode.gradients.base import GradientMethod
@@ -12,12 +15,24 @@ GRADIENTS: dict[str, type[GradientMethod]] = {
 }
 
 
-def get_gradient(gradient: "str | GradientMethod") -> GradientMethod:
+def get_gradient(gradient: "str | GradientMethod", **options) -> GradientMethod:
+    """A gradient method by name (with its options, e.g. ``keep_every`` of the stepwise ones), or
+    a GradientMethod object as is."""
     if isinstance(gradient, GradientMethod):
+        if options:
+            raise ValueError(f"options {sorted(options)} given with a built gradient method")
         return gradient
     if gradient not in GRADIENTS:
         raise ValueError(f"unknown gradient method {gradient!r}; choose one of {sorted(GRADIENTS)}")
-    return GRADIENTS[gradient]()
+    try:
+        return GRADIENTS[gradient](**options)
+    except TypeError as err:
+        raise ValueError(f"gradient={gradient} takes no option {sorted(options)} ({err})") from err
 
 
-__all__ = ["GRADIENTS", "GradientMethod", "get_gradient"]
+def gradient_from_config(node: "Mapping[str, Any]") -> GradientMethod:
+    """A gradient method from a config group node: ``name`` plus its options."""
+    return get_gradient(node["name"], **{k: v for k, v in node.items() if k != "name"})
+
+
+__all__ = ["GRADIENTS", "GradientMethod", "get_gradient", "gradient_from_config"]

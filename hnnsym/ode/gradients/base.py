@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -37,12 +39,32 @@ class GradientMethod:
 
 
 class StepwiseAdjoint(GradientMethod):
-    """Needs an integrator with stages.
-    Forward without a graph, keeping only the N+1 states; backward one step at a time:
-    for n = N-1 ... 0, ``step_vjp`` turns λ = dL/dy_{n+1} into dL/dy_n and step n's dL/dθ, and the
-    loss's own jump ∂L/∂y_n is added. Memory: the states plus one step's graph."""
+    """Forward without a graph; backward one step at a time: for n = N-1 ... 0, ``step_vjp`` turns
+    λ = dL/dy_{n+1} into dL/dy_n and step n's dL/dθ, and the loss's own jump ∂L/∂y_n is added.
+    Needs an integrator with stages.
+
+    ``keep_every`` = k: the states kept for backward. k = 1 keeps all N+1; k > 1 keeps every k-th
+    and recomputes the k states after a kept one, without a graph, when backward reaches them
+    (one more forward pass; the same steps from the same state, so the same bits); "sqrt" takes
+    k = ⌈√N⌉. Memory: N/k + k states plus one step's graph, O(√N) with "sqrt".
+    """
 
     needs = ("has_stages",)
+
+    def __init__(self, keep_every: int | str = 1):
+        if keep_every != "sqrt" and not (
+            isinstance(keep_every, int) and not isinstance(keep_every, bool) and keep_every >= 1
+        ):
+            raise ValueError(
+                f"keep_every must be a whole number >= 1 or 'sqrt', got {keep_every!r}"
+            )
+        self.keep_every = keep_every
+
+    def stride(self, steps: int) -> int:
+        """k for a rollout of ``steps`` steps."""
+        if self.keep_every == "sqrt":
+            return max(1, math.ceil(math.sqrt(steps)))
+        return int(self.keep_every)
 
     def integrate(self, problem: Problem, y0: Tensor) -> Tensor:
         return _StepwiseFunction.apply(self, problem, y0, *problem.params())
@@ -52,6 +74,37 @@ class StepwiseAdjoint(GradientMethod):
     ) -> tuple[Tensor, list[Tensor | None]]:
         raise NotImplementedError
 
+    def block_vjp(
+        self, problem: Problem, states: Tensor, jumps: Tensor, lam: Tensor, params: list[Tensor],
+        start: int, grads: list[Tensor | None],
+    ) -> Tensor:  # fmt: skip
+        """Back over the steps of one block: ``states`` y_start..y_end (end-start+1, B, 2d),
+        λ = dL/dy_end, ``jumps`` the loss's ∂L/∂y_n for n = start..end-1. Returns dL/dy_start
+        and adds the block's dL/dθ to ``grads``, step by step (so the sum is the same whatever the
+        blocks). One ``step_vjp`` per step; subclasses may take the block at once."""
+        for n in reversed(range(start, start + len(states) - 1)):
+            i = n - start
+            lam, step_grads = self.step_vjp(problem, states[i], states[i + 1], lam, params, n)
+            lam = lam + jumps[i]
+            accumulate(grads, step_grads)
+        return lam
+
+
+def accumulate(total: list[Tensor | None], grads) -> None:
+    """total += grads, entry by entry (None: no contribution)."""
+    for i, g in enumerate(grads):
+        if g is not None:
+            total[i] = g if total[i] is None else total[i] + g
+
+
+def _recompute(problem: Problem, y: Tensor, start: int, end: int) -> Tensor:
+    """States start..end (end-start+1, B, 2d) from y = y_start, without a graph."""
+    ys = [y]
+    with torch.no_grad():
+        for n in range(start, end):
+            ys.append(problem.integrator.step_of(problem, ys[-1], n))
+    return torch.stack(ys)
+
 
 class _StepwiseFunction(torch.autograd.Function):
     @staticmethod
@@ -59,19 +112,20 @@ class _StepwiseFunction(torch.autograd.Function):
         with torch.no_grad():
             traj = problem.trajectory(y0.detach())
         ctx.method, ctx.problem = method, problem
-        ctx.save_for_backward(traj, *params)
+        ctx.stride = method.stride(problem.steps)
+        kept = traj if ctx.stride == 1 else traj[: problem.steps : ctx.stride].clone()
+        ctx.save_for_backward(kept, *params)
         return traj
 
     @staticmethod
     def backward(ctx, grad_traj: Tensor):
-        traj, *params = ctx.saved_tensors
-        method, problem = ctx.method, ctx.problem
+        kept, *params = ctx.saved_tensors
+        method, problem, k, N = ctx.method, ctx.problem, ctx.stride, ctx.problem.steps
         grad_params: list[Tensor | None] = [None] * len(params)
         lam = grad_traj[-1]
-        for n in reversed(range(problem.steps)):
-            lam, step_grads = method.step_vjp(problem, traj[n], traj[n + 1], lam, params, n)
-            lam = lam + grad_traj[n]
-            for i, g in enumerate(step_grads):
-                if g is not None:
-                    grad_params[i] = g if grad_params[i] is None else grad_params[i] + g
+        blocks = [(0, N)] if k == 1 else [(a, min(a + k, N)) for a in range(0, N, k)]
+        for start, end in reversed(blocks):
+            states = kept if k == 1 else _recompute(problem, kept[start // k], start, end)
+            jumps = grad_traj[start:end]
+            lam = method.block_vjp(problem, states, jumps, lam, params, start, grad_params)
         return (None, None, lam, *grad_params)

@@ -16,7 +16,15 @@ system integrated with the symplectic partner tableau A*_ij = b_j (1 - a_ji / b_
 is its own partner). Written in μ it needs no division by b_i and serves partitioned tableaux
 (leapfrog, symplectic Euler) and explicit ones (rk4, where ∂F/∂K is nilpotent and the iteration
 ends exactly after at most s passes) alike. The result is the exact gradient of the discrete
-solution, up to rounding and the solver tolerances. Memory: N states + one step's graph.
+solution, up to rounding and the solver tolerances. Memory: N states + one step's graph (N/k + k
+states with ``keep_every=k``, see StepwiseAdjoint).
+
+``adjoint_solve="direct"`` (the default, ``"auto"``, when s·2d <= DIRECT_MAX) solves step 3 exactly
+instead: the Jacobians Df(Y_i) (2d VJPs with unit cotangents) give the (s·2d)² system
+(I − h P) μ = h (b ⊗ λ), P_(j,i) = diag(A_ij) Df(Y_i)ᵀ, one batched ``torch.linalg.solve`` per step.
+Steps are taken ``chunk`` at a time: one graph of f at the stages of all the chunk's steps, the
+Jacobians of all of them, the per-step solves (small tensors), and one VJP for the chunk's dL/dθ,
+so the autograd calls per step drop from three to a few per chunk. Memory adds one chunk's graph.
 """
 
 from __future__ import annotations
@@ -24,16 +32,114 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hnnsym.ode.gradients.base import StepwiseAdjoint
+from hnnsym.ode.gradients.base import StepwiseAdjoint, accumulate
 from hnnsym.ode.integrators.stage_solver import FixedPoint
 from hnnsym.ode.problem import Problem
+
+ADJOINT_SOLVES = ("auto", "direct", "fixed_point")
+DIRECT_MAX = 24  # "auto" solves directly when the adjoint system per state, s·2d, is at most this
 
 
 class SymplecticAdjoint(StepwiseAdjoint):
     name = "symplectic_adjoint"
 
-    def __init__(self, adjoint_solver: FixedPoint | None = None):
-        self.adjoint_solver = adjoint_solver
+    def __init__(
+        self,
+        adjoint_solver: FixedPoint | None = None,
+        keep_every: int | str = 1,
+        adjoint_solve: str = "auto",
+        chunk: int = 8,
+    ):
+        super().__init__(keep_every)
+        if adjoint_solve not in ADJOINT_SOLVES:
+            raise ValueError(
+                f"adjoint_solve must be one of {ADJOINT_SOLVES}, got {adjoint_solve!r}"
+            )
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+            raise ValueError(f"chunk must be a whole number >= 1, got {chunk!r}")
+        self.adjoint_solver, self.adjoint_solve, self.chunk = adjoint_solver, adjoint_solve, chunk
+
+    def direct(self, problem: Problem, dim: int) -> bool:
+        """Whether the adjoint stage equations are solved directly (else by fixed point)."""
+        if self.adjoint_solve == "auto":
+            return (
+                self.adjoint_solver is None
+                and problem.integrator.tableau.stages * dim <= DIRECT_MAX
+            )
+        return self.adjoint_solve == "direct"
+
+    def block_vjp(
+        self, problem: Problem, states: Tensor, jumps: Tensor, lam: Tensor, params: list[Tensor],
+        start: int, grads: list[Tensor | None],
+    ) -> Tensor:  # fmt: skip
+        if not self.direct(problem, states.shape[-1]):
+            return super().block_vjp(problem, states, jumps, lam, params, start, grads)
+        steps = len(states) - 1
+        for end in range(steps, 0, -self.chunk):
+            first = max(0, end - self.chunk)
+            lam = self._chunk_direct(
+                problem,
+                states[first : end + 1],
+                jumps[first:end],
+                lam,
+                params,
+                start + first,
+                grads,
+            )
+        return lam
+
+    def _chunk_direct(
+        self, problem: Problem, states: Tensor, jumps: Tensor, lam: Tensor, params: list[Tensor],
+        start: int, grads: list[Tensor | None],
+    ) -> Tensor:  # fmt: skip
+        """The steps of ``states`` (c+1, B, n) at once: see the module doc (``adjoint_solve``)."""
+        integ, h = problem.integrator, problem.h
+        tab = integ.tableau
+        c, B, dim = states.shape[0] - 1, states.shape[1], states.shape[2]
+        n_q = dim // 2
+        y, y_next = states[:-1].reshape(c * B, dim), states[1:].reshape(c * B, dim)
+        with torch.no_grad():
+            if tab.stages == 1 and tab.b_q == tab.b_p == (1.0,):
+                K = ((y_next - y) / h).unsqueeze(0)  # y_{n+1} = y_n + h K: midpoint, sympl. Euler
+            else:
+                K = integ.solve_stages(
+                    problem.f, y, h, n_q, problem.separable, guess=y_next, stats=problem.stats,
+                    where=f"at steps {start}..{start + c - 1} (recomputed in backward)",
+                )  # fmt: skip
+            Y = integ.stage_states(y, K, h, n_q)
+        s = Y.shape[0]
+        a_q, b_q, a_p, b_p = tab.coefficients(y.dtype, y.device)
+        # per component m: A[i, j, m] = a_q or a_p [i][j], b[i, m] = b_q or b_p [i]
+        A = torch.cat(
+            [a_q[..., None].expand(s, s, n_q), a_p[..., None].expand(s, s, dim - n_q)], -1
+        )
+        b = torch.cat([b_q[:, None].expand(s, n_q), b_p[:, None].expand(s, dim - n_q)], -1)
+        with torch.enable_grad():
+            Y_ = Y.reshape(s * c * B, dim).detach().requires_grad_(True)
+            F = problem.f(Y_, create_graph=True)
+            eye = torch.eye(dim, dtype=y.dtype, device=y.device)
+            rows = [
+                torch.autograd.grad(F, Y_, eye[k].expand_as(F), retain_graph=True)[0]
+                for k in range(dim)
+            ]
+        D = torch.stack(rows, dim=-2).reshape(s, c, B, dim, dim)  # D[i, t, b, k, m] = ∂f_k/∂y_m
+        identity = torch.eye(s * dim, dtype=y.dtype, device=y.device)
+        mus = torch.empty(s, c, B, dim, dtype=y.dtype, device=y.device)
+        for t in reversed(range(c)):
+            Dt = D[:, t]
+            # (I − h P) μ = h (b ⊗ λ); row (j, m), column (i, k): h A[i, j, m] D_i[k, m]
+            P = torch.einsum("ijm,ibkm->bjmik", A, Dt).reshape(B, s * dim, s * dim)
+            rhs = (h * b[:, None, :] * lam[None]).permute(1, 0, 2).reshape(B, s * dim, 1)
+            mu = torch.linalg.solve(identity - h * P, rhs).reshape(B, s, dim).permute(1, 0, 2)
+            mus[:, t] = mu
+            # λ_n = λ + Σ_i Df(Y_i)ᵀ μ_i, then the loss's own jump
+            lam = lam + torch.einsum("ibkm,ibk->bm", Dt, mu) + jumps[t]
+        if params:
+            step_grads = torch.autograd.grad(
+                F, params, mus.reshape(s * c * B, dim), allow_unused=True
+            )
+            accumulate(grads, step_grads)
+        return lam
 
     def step_vjp(
         self, problem: Problem, y: Tensor, y_next: Tensor, lam: Tensor, params: list[Tensor], n: int
