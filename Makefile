@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 
-.PHONY: install test lint format demo bench figure5 table1 figures noise-sweep clean
+.PHONY: install test lint format demo bench figure5 table1 figures noise-sweep table-ddlm clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,8 +35,12 @@ demo: install
 figure5: install
 	$(PY) -m hnnsym.profile
 
-# Benchmarks: the profile for every Gauss–Legendre order, and the reversible round trip at 1e6 steps.
+# Benchmarks (figures in outputs/profile/.../profile.{csv,md,png}): the headline ratios to backprop
+# at 32 and 1024 steps, the memory at 1024 and 8192 steps (keep_every=sqrt), the profile for every
+# Gauss–Legendre order, and the reversible round trip at 1e6 steps.
 bench: install
+	$(PY) -m hnnsym.profile 'profile.steps=[32,1024]'
+	$(PY) -m hnnsym.profile experiment=profile_memory
 	$(PY) -m hnnsym.profile --multirun integrator=implicit_midpoint,gauss_legendre4,gauss_legendre6 'profile.steps=[4,8,16,32,64,128,256]'
 	$(PY) benchmarks/reversible_roundtrip.py
 
@@ -84,6 +88,27 @@ noise-sweep: install
 	$(PY) -m hnnsym.train -m experiment=$(NOISE_METHODS) noise=$(subst $(space),$(comma),$(NOISES)) $(T1_AXES) train.resume=auto
 	$(PY) -m hnnsym.evaluate -m experiment=$(NOISE_METHODS) noise=$(subst $(space),$(comma),$(NOISES)) $(T1_AXES) eval.figures=false
 	$(PY) -m hnnsym.table1 report.runs=outputs/table1
+
+# ---- Tables 2-3 of seed 002 (DDLM: learning from positions only) -------------------------------
+DDLM_SYSTEMS := mass_spring pendulum
+DDLM_NOISES := none low
+DDLM_SEEDS := 0 1 2 3 4
+DDLM_METHODS := ddlm,ddlm_leapfrog,ddlm_symplectic_euler,ddlm_euler,ddlm_leapfrog_proposed
+DDLM_AXES = method=$(DDLM_METHODS) noise=$(subst $(space),$(comma),$(DDLM_NOISES)) seed=$(subst $(space),$(comma),$(DDLM_SEEDS))
+
+table-ddlm: install
+	@echo "table-ddlm: 5 methods x 2 systems x 2 noise levels x 5 seeds = 100 runs at the paper's"
+	@echo "  budget (2,000 / 10,000 Adam steps). Measured on this 2-core machine: see README (DDLM)."
+	@echo "  Finished runs are kept, so a re-run only re-evaluates."
+	for s in $(DDLM_SYSTEMS); do for n in $(DDLM_NOISES); do for k in $(DDLM_SEEDS); do \
+	  test -f data/ddlm/$$s/$$n/seed$${k}_q.h5 || \
+	    $(PY) -m hnnsym.generate experiment=ddlm_$$s noise=$$n seed=$$k || exit 1; \
+	done; done; done
+	for s in $(DDLM_SYSTEMS); do \
+	  $(PY) -m hnnsym.train -m experiment=ddlm_$$s $(DDLM_AXES) || exit 1; \
+	  $(PY) -m hnnsym.evaluate -m experiment=ddlm_$$s $(DDLM_AXES) eval.figures=false || exit 1; \
+	done
+	$(PY) -m hnnsym.table_ddlm report.runs=outputs/ddlm
 
 clean:
 	rm -rf outputs data/*/ .pytest_cache

@@ -14,7 +14,14 @@ import torch
 from conftest import random_splits, tiny_attrs
 
 import hnnsym
-from hnnsym.data.hdf5 import SCHEMA_VERSION, Split, generate_command, read_dataset, write_dataset
+from hnnsym.data.hdf5 import (
+    SCHEMA_VERSION,
+    Split,
+    generate_command,
+    made_by_generate,
+    read_dataset,
+    write_dataset,
+)
 from hnnsym.data.simulate import add_noise, observation_ratio, simulate, split_generator
 from hnnsym.data.windows import random_windows
 from hnnsym.errors import DataError, UserError
@@ -24,7 +31,7 @@ from hnnsym.physics.systems import get_system
 ROOT_ATTRS = {
     "schema_version", "system", "system_params", "dim", "obs_dt", "fine_dt", "integrator", "noise",
     "noise_std", "seed", "n_train", "n_val", "n_test", "hnnsym_version", "versions", "config",
-    "created",
+    "created", "observe",
 }  # fmt: skip
 
 
@@ -179,6 +186,96 @@ def test_non_finite_data(tmp_path, bad):
 
 def test_data_error_is_a_user_error():
     assert issubclass(DataError, UserError)
+
+
+# ---- files written by hand (not by generate) -------------------------------------------------
+SCHEMA_DOC = "README.md, section 'File format'"
+
+
+def write_by_hand(path: Path, drop: tuple[str, ...] = (), **attrs) -> Path:
+    """What README's schema table marks required, written with plain h5py: root attributes
+    schema_version, system, dim, obs_dt; observed and t per split (no clean)."""
+    splits = random_splits()
+    with h5py.File(path, "w") as f:
+        for name, split in splits.items():
+            f[f"{name}/observed"] = split.observed
+            f[f"{name}/t"] = split.t
+        root = {"schema_version": 1, "system": "double_well", "dim": 1, "obs_dt": 0.1, **attrs}
+        for key, value in root.items():
+            if key not in drop:
+                f.attrs[key] = value
+    return path
+
+
+def test_a_file_with_only_the_required_contents_reads(tmp_path):
+    data = read_dataset(write_by_hand(tmp_path / "m.h5"), system="double_well", dim=1)
+    assert data.splits["test"].clean is None
+    np.testing.assert_array_equal(data.splits["train"].observed, random_splits()["train"].observed)
+    a = data.attrs
+    assert set(a) == ROOT_ATTRS  # every schema attribute, the optional ones as their default
+    assert (a["obs_dt"], a["dim"], a["system_params"]) == (0.1, 1, {})
+    assert a["noise_std"] is a["fine_dt"] is a["integrator"] is a["config"] is None
+    assert not made_by_generate(a)
+    assert made_by_generate(read_dataset(write_tiny(tmp_path / "g.h5")).attrs)
+
+
+def write_tiny(path: Path) -> Path:
+    write_dataset(path, random_splits(), tiny_attrs())
+    return path
+
+
+@pytest.mark.parametrize("missing", ["system", "dim", "obs_dt"])
+def test_a_missing_required_attribute_is_named_with_what_to_do(tmp_path, missing):
+    path = write_by_hand(tmp_path / "m.h5", drop=(missing,))
+    with pytest.raises(DataError) as err:
+        read_dataset(path, system="double_well", dim=1)
+    msg = str(err.value)
+    assert f"lacks the required root attribute {missing} (" in msg and SCHEMA_DOC in msg, msg
+    assert "regenerate" not in msg and "\n" not in msg
+    # the same file written by generate: regenerating it is the advice
+    generated = write_tiny(tmp_path / "data" / "double_well" / "low" / "seed0.h5")
+    with h5py.File(generated, "r+") as f:
+        del f.attrs[missing]
+    with pytest.raises(DataError, match=f"{missing} .*regenerate it: `python -m hnnsym.generate "
+                       "system=double_well noise=low seed=0 .*generate.overwrite=true`"):  # fmt: skip
+        read_dataset(generated)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "message"),
+    [
+        ({"obs_dt": 0.0}, "obs_dt must be the time between observations, a number > 0, got 0.0"),
+        ({"obs_dt": "0.01"}, "obs_dt must be .* got '0.01'"),
+        ({"dim": 0}, "dim must be an integer d >= 1"),
+        ({"system_params": "m=1"}, "system_params is not valid JSON"),
+        (
+            {"schema_version": 2},
+            "schema_version 2, this hnnsym reads 1; write the file in schema 1",
+        ),
+        ({"system": "robot"}, "holds system 'robot', which is not a built-in system"),
+    ],
+)
+def test_a_malformed_attribute_is_named(tmp_path, attrs, message):
+    with pytest.raises(DataError, match=message):
+        read_dataset(write_by_hand(tmp_path / "m.h5", **attrs), system="double_well")
+
+
+def test_hand_written_file_without_schema_version_or_a_dataset(tmp_path):
+    path = write_by_hand(tmp_path / "m.h5", drop=("schema_version",))
+    with pytest.raises(DataError, match=f"no schema_version attribute; set schema_version=1 .*"
+                       f"{SCHEMA_DOC}"):  # fmt: skip
+        read_dataset(path)
+    path = write_by_hand(tmp_path / "m.h5")
+    with h5py.File(path, "r+") as f:
+        del f["val/t"]
+    with pytest.raises(DataError, match=f"split 'val' lacks the dataset t; every split needs "
+                       f"observed and t \\({SCHEMA_DOC}\\)"):  # fmt: skip
+        read_dataset(path)
+    read_dataset(path, splits=("train", "test"))
+    with h5py.File(path, "r+") as f:
+        f["test/observed"][0, 1, 0] = np.nan
+    with pytest.raises(DataError, match="test' observed contains NaN or Inf; drop or repair"):
+        read_dataset(path, splits=("test",))
 
 
 # ---- training windows -----------------------------------------------------------------------

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pandas as pd
 import pytest
@@ -163,8 +164,11 @@ def test_cli_end_to_end(data_dir, tmp_path):
     for name in metrics["files"]["figures"]:
         assert (out / name).stat().st_size > 1000, name
     assert len(metrics["files"]["figures"]) == 5
-    assert (out / ".hydra" / "config.yaml").exists()
-    assert not (run_dir / ".hydra").exists()  # the train run's own Hydra dir is left alone
+    assert metrics["files"]["dir"] == str(out) and metrics["rollout_reference"] == "clean"
+    assert metrics["data"]["clean"] and metrics["data"]["noise_std"] == 0.01
+    assert "eval.rollout_steps=30" in metrics["overrides"]  # the provenance Hydra's .hydra/ held
+    # Hydra writes no .hydra/ (a refused evaluation would rewrite it), nor into the train run's
+    assert not (out / ".hydra").exists() and not (run_dir / ".hydra").exists()
 
 
 @pytest.mark.slow
@@ -249,3 +253,66 @@ def test_train_overrides_are_accepted_and_the_checkpoints_train_config_recorded(
     assert saved["config"]["train"] == {"substeps": 1}  # write_checkpoint's, not train.lr=0.5
     with pytest.raises(UserError, match="train.lr: Value 'fast'"):
         evaluate(compose_cfg(data_dir, tmp_path, "train.lr=fast"))
+
+
+# ---- data that generate did not write, and earlier evaluations (issue 18) ---------------------
+
+
+def without_clean(source: Path, target: Path) -> Path:
+    """A copy of ``source`` without the clean datasets and the simulation's attributes, as a file
+    of measurements would be."""
+    target.write_bytes(source.read_bytes())
+    with h5py.File(target, "r+") as f:
+        for name in ("train", "val", "test"):
+            del f[f"{name}/clean"]
+        for key in ("fine_dt", "integrator", "noise", "noise_std", "seed", "config"):
+            del f.attrs[key]
+    return target
+
+
+def test_without_clean_states_the_rollouts_are_compared_with_the_observed_ones(data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    measured = without_clean(data_file(data_dir), tmp_path / "measured.h5")
+    write_checkpoint(run_dir, untrained(), measured)
+    metrics = evaluate(compose_cfg(data_dir, run_dir, f"data_file={measured}",
+                                   "eval.figures=false", "eval.rollout_steps=20"))  # fmt: skip
+    assert metrics["rollout_reference"] == "observed" and metrics["data"]["clean"] is False
+    assert metrics["data"]["noise_std"] is None and not metrics["data"]["made_by_generate"]
+    assert any("compared with them" in note for note in metrics["notes"])
+    curves = pd.read_csv(run_dir / "eval" / "rollout.csv")
+    assert curves["l2_mean"].iloc[0] == 0.0  # started from the observed states it is compared with
+    # the same model against the clean states differs: the noise is in the error above
+    clean = evaluate(compose_cfg(data_dir, run_dir, "eval.figures=false", "eval.rollout_steps=20",
+                                 "eval.overwrite=true"))  # fmt: skip
+    assert clean["rollout_reference"] == "clean" and clean["traj_mse"] != metrics["traj_mse"]
+
+
+def test_an_evaluation_of_other_data_is_replaced_only_when_asked(data_dir, tmp_path):
+    run_dir, out = tmp_path / "run", tmp_path / "run" / "eval"
+    other = without_clean(data_file(data_dir), tmp_path / "other.h5")
+    write_checkpoint(run_dir, untrained(), data_file(data_dir))
+    fast = ["eval.figures=false", "eval.rollout_steps=5", "eval.max_trajectories=2"]
+    evaluate(compose_cfg(data_dir, run_dir, *fast))
+    before = (out / "metrics.json").read_bytes()
+    with pytest.raises(
+        UserError, match=r"holds an evaluation of other data, .*eval.overwrite=true"
+    ):
+        evaluate(compose_cfg(data_dir, run_dir, *fast, f"data_file={other}"))
+    assert (out / "metrics.json").read_bytes() == before
+    evaluate(compose_cfg(data_dir, run_dir, *fast))  # the same data: replaced
+    # an earlier metrics.json that does not say which data: refused too
+    (out / "metrics.json").write_text("{}")
+    with pytest.raises(UserError, match="does not say which data it is of"):
+        evaluate(compose_cfg(data_dir, run_dir, *fast))
+    saved = evaluate(compose_cfg(data_dir, run_dir, *fast, f"data_file={other}",
+                                 "eval.overwrite=true"))  # fmt: skip
+    assert json.loads((out / "metrics.json").read_text())["data"]["file"] == str(other)
+    assert saved["files"]["dir"] == str(out)
+    # eval.out_dir: anywhere else, Hydra's run dir untouched
+    elsewhere = tmp_path / "elsewhere"
+    saved = evaluate(compose_cfg(data_dir, run_dir, *fast, f"eval.out_dir={elsewhere}"))
+    assert (elsewhere / "metrics.json").exists() and saved["files"]["dir"] == str(elsewhere)
+    assert json.loads((out / "metrics.json").read_text())["data"]["file"] == str(other)
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(UserError, match="cannot write the evaluation to"):
+        evaluate(compose_cfg(data_dir, run_dir, *fast, f"eval.out_dir={tmp_path / 'afile' / 'x'}"))

@@ -3,6 +3,7 @@ bitwise identical to an uninterrupted run; training is deterministic."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -169,6 +170,125 @@ def test_finished_run_is_not_overwritten_and_architecture_is_checked(tmp):
 def test_evaluate_without_checkpoint(tmp):
     proc = cli("evaluate", tmp)
     assert_one_line_error(proc, "no checkpoint", "python -m hnnsym.train")
+
+
+# ---- files that generate did not write (issue 18) --------------------------------------------
+SCHEMA_DOC = "README.md, section 'File format'"
+TINY_EVAL = ["eval.grid_points=40", "eval.slice_points=21", "eval.rollout_steps=10",
+             "eval.plot_trajectories=1", "device=cpu"]  # fmt: skip
+
+
+def write_measured(path: Path, source: Path, n_train: int = 57, **attrs) -> Path:
+    """A data file as a user writes one by hand from measured trajectories, with plain h5py and
+    only what README's schema table marks required: root attributes schema_version, system, dim,
+    obs_dt, and observed + t per split (no clean, no simulation attributes). The states are the
+    first ``n_train`` training (and all val/test) observations of ``source``; ``attrs`` overrides
+    a root attribute, or drops it when None."""
+    with h5py.File(source, "r") as src, h5py.File(path, "w") as f:
+        for name in ("train", "val", "test"):
+            f[f"{name}/observed"] = src[name]["observed"][: n_train if name == "train" else None]
+            f[f"{name}/t"] = src[name]["t"][...]
+        root = {"schema_version": 1, "system": "double_well", "dim": 1,
+                "obs_dt": float(src.attrs["obs_dt"]), **attrs}  # fmt: skip
+        for key, value in root.items():
+            if value is not None:
+                f.attrs[key] = value
+    return path
+
+
+def eval_files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("missing", ["obs_dt", "val/t"])
+def test_a_hand_written_file_lacking_what_train_reads_is_one_line(tmp, missing):
+    """Was: KeyError: 'obs_dt' and Hydra's traceback hint. The line names what is missing and
+    points to the schema (not "regenerate it": generate did not write this file)."""
+    measured = write_measured(tmp / "measured.h5", data_file(tmp))
+    with h5py.File(measured, "r+") as f:
+        if "/" in missing:
+            del f[missing]
+        else:
+            del f.attrs[missing]
+    proc = cli("train", tmp, *TINY_TRAIN, f"data_file={measured}")
+    what = "obs_dt (the time between observations" if missing == "obs_dt" else "lacks the dataset t"
+    assert_one_line_error(proc, str(measured), what, SCHEMA_DOC)
+    assert "regenerate" not in proc.stderr and "KeyError" not in proc.stderr
+    assert not (tmp / "run" / "checkpoints").exists()
+
+
+def test_a_file_of_a_system_that_is_not_built_in_is_one_line(tmp):
+    """Out of reach (evaluate needs the true H, train the system's config group): said so."""
+    measured = write_measured(tmp / "measured.h5", data_file(tmp), system="my_robot")
+    proc = cli("train", tmp, *TINY_TRAIN, f"data_file={measured}")
+    assert_one_line_error(proc, "holds system 'my_robot', which is not a built-in system",
+                          "double_well", "set the file's system attribute")  # fmt: skip
+    assert not (tmp / "run" / "checkpoints").exists()
+
+
+def test_measured_data_without_simulation_attributes_trains_and_evaluates(tmp):
+    """Required only: no fine_dt, integrator, noise, noise_std, seed, config, clean. 57 training
+    trajectories with train.batch_size=64 is one optimizer step per epoch: said before training
+    (with a batch size to use) and on every progress line."""
+    measured = write_measured(tmp / "measured.h5", data_file(tmp))
+    proc = cli("train", tmp, "train.progress=false", "train.batch_size=64", "train.epochs=2",
+               f"data_file={measured}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "note: train.batch_size=64 exceeds the 57 training trajectories: each epoch is one "
+        "optimizer step" in proc.stderr
+    )
+    assert (
+        "early stopping" in proc.stderr
+        and "try train.batch_size=8 (8 steps per epoch)" in proc.stderr
+    )
+    progress = [line for line in proc.stdout.splitlines() if line.startswith("epoch ")]
+    assert len(progress) == 2
+    assert all("only 1 optimizer step/epoch: try train.batch_size=8" in line for line in progress)
+
+    proc = cli("evaluate", tmp, *TINY_EVAL, f"data_file={measured}")
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads((tmp / "run" / "eval" / "metrics.json").read_text())
+    # no clean trajectories: the rollouts are compared with the observed test states, and said so
+    assert metrics["rollout_reference"] == "observed"
+    assert metrics["data"]["clean"] is False and metrics["data"]["made_by_generate"] is False
+    assert metrics["data"]["noise_std"] is None and metrics["data"]["file"] == str(measured)
+    assert any("no clean test trajectories" in note for note in metrics["notes"])
+    assert "no clean test trajectories" in proc.stdout
+    assert math.isfinite(metrics["h_l1"]) and math.isfinite(metrics["traj_mse"])
+
+
+def test_evaluate_does_not_replace_an_evaluation_of_other_data(tmp):
+    """Was: evaluating the run on a second data_file silently replaced the first evaluation."""
+    assert cli("train", tmp, *TINY_TRAIN, "train.epochs=1").returncode == 0
+    out = tmp / "run" / "eval"
+    assert cli("evaluate", tmp, *TINY_EVAL).returncode == 0
+    first = eval_files(out)
+    assert {"metrics.json", "rollout.csv", "rollout_error.png"} <= set(first)
+
+    other = write_measured(tmp / "measured.h5", data_file(tmp))
+    proc = cli("evaluate", tmp, *TINY_EVAL, f"data_file={other}")
+    assert_one_line_error(proc, str(out), str(data_file(tmp)), str(other), "eval.overwrite=true",
+                          "eval.out_dir=")  # fmt: skip
+    assert eval_files(out) == first  # intact, nothing added
+
+    # elsewhere: both evaluations kept
+    elsewhere = tmp / "eval-measured"
+    proc = cli("evaluate", tmp, *TINY_EVAL, f"data_file={other}", f"eval.out_dir={elsewhere}")
+    assert proc.returncode == 0, proc.stderr
+    assert str(elsewhere / "metrics.json") in proc.stdout
+    assert json.loads((elsewhere / "metrics.json").read_text())["data"]["file"] == str(other)
+    assert eval_files(out) == first
+
+    # the same data again: replaced as before (without figures now: the old ones are removed)
+    proc = cli("evaluate", tmp, *TINY_EVAL, "eval.figures=false")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(eval_files(out)) == ["metrics.json", "rollout.csv"]
+
+    # other data with eval.overwrite=true: replaced
+    proc = cli("evaluate", tmp, *TINY_EVAL, f"data_file={other}", "eval.overwrite=true")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "metrics.json").read_text())["data"]["file"] == str(other)
 
 
 # ---- determinism, kill and resume ------------------------------------------------------------

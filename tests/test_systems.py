@@ -66,6 +66,17 @@ def _ms_f(q, p, mass, k):
     return p / mass, -k * q
 
 
+def _tb_h(q, p, gravity, mass):
+    r = (q[..., :2] - q[..., 2:]).norm(dim=-1)
+    return (p**2).sum(-1) / (2 * mass) - gravity * mass**2 / r
+
+
+def _tb_f(q, p, gravity, mass):
+    diff = q[..., :2] - q[..., 2:]
+    force = gravity * mass**2 * diff / diff.norm(dim=-1, keepdim=True) ** 3  # on body 2, from 1
+    return p / mass, torch.cat([-force, force], -1)
+
+
 ANALYTIC = {
     # name: [(params for get_system, params for the formulas), ...], H, field
     "double_well": ([({}, {})], _dw_h, _dw_f),
@@ -75,6 +86,14 @@ ANALYTIC = {
         _co_f,
     ),
     "henon_heiles": ([({}, {})], _hh_h, _hh_f),
+    "two_body": (
+        [
+            ({}, {"gravity": 1.0, "mass": 1.0}),
+            ({"gravity": 2.0, "mass": 0.5}, {"gravity": 2.0, "mass": 0.5}),
+        ],
+        _tb_h,
+        _tb_f,
+    ),
     "pendulum": (
         [
             ({}, {"g": 1.0, "length": 1.0, "mass": 1.0}),

@@ -12,6 +12,7 @@ from conftest import tiny_trainer
 from hnnsym.errors import UserError
 from hnnsym.evaluation.stage import evaluate
 from hnnsym.training.stage import train
+from hnnsym.training.trainer import few_steps_advice, steps_per_epoch
 
 
 def squared_output(model, windows, stats=None):
@@ -76,3 +77,20 @@ def test_train_and_evaluate_run_in_process_on_a_composed_config(
     metrics = evaluate(compose_config("evaluate", [*overrides, "eval.figures=false"]))
     assert metrics["checkpoint"]["epoch"] == result.state.best_epoch
     assert math.isfinite(metrics["h_l1"]) and metrics["config"]["method"]["name"] == method
+
+
+def test_few_steps_per_epoch_are_said_on_every_progress_line(compose_config, tmp_path, capsys):
+    """16 trajectories in batches of 16: one optimizer step per epoch (issue 18: early stopping
+    then ends the run before it has learned, and a note before training was easy to miss)."""
+    assert steps_per_epoch(57, 64) == 1 and steps_per_epoch(57, 8) == 8
+    assert few_steps_advice(57, 64) == "try train.batch_size=8 (8 steps per epoch)"
+    assert few_steps_advice(512, 128) is None  # 4 steps: not said
+    assert few_steps_advice(2, 2) == "try train.batch_size=1 (2 steps per epoch)"
+    assert few_steps_advice(2, 1) == "only 2 training trajectories: add data for more steps"
+    fitted(compose_config, tmp_path, "train.batch_size=16", "train.epochs=2")
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch")]
+    assert len(lines) == 2
+    assert all(line.endswith("[only 1 optimizer step/epoch: try train.batch_size=2 (8 steps per "
+                             "epoch)]") for line in lines)  # fmt: skip
+    fitted(compose_config, tmp_path / "b", "train.batch_size=4", "train.epochs=1")
+    assert "optimizer step" not in capsys.readouterr().out  # 4 steps per epoch

@@ -139,6 +139,7 @@ class GenerateSchema:
     max_iter: int = checked(ge(1))
     chunk: int = checked(ge(1))
     overwrite: bool = MISSING
+    observe: str = checked(one_of("qp", "q"))
 
 
 @dataclass
@@ -157,6 +158,8 @@ class EvalSchema:
     plot_trajectories: int = checked(ge(0))
     plot_training_data: bool = MISSING
     scatter_points: int = checked(ge(1))
+    out_dir: str | None = MISSING  # null: ${run_dir}/eval
+    overwrite: bool = MISSING
 
 
 @dataclass

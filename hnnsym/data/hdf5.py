@@ -4,19 +4,29 @@ One HDF5 file per (system, noise, seed), ``data/<system>/<noise>/seed<k>.h5``::
 
     /train /val /test          groups, each with
         observed  (N, T+1, 2d) float64   clean + noise_std * N(0, 1), every state including t = 0
-        clean     (N, T+1, 2d) float64   ground truth, y = [q, p]
+        clean     (N, T+1, 2d) float64   ground truth, y = [q, p]  (optional)
         t         (T+1,)       float64   observation times k * obs_dt
     root attrs: schema_version, system, system_params (JSON), dim, obs_dt, fine_dt, integrator,
                 noise, noise_std, seed, n_train, n_val, n_test, hnnsym_version, versions (JSON),
-                config (resolved Hydra config, YAML), created (UTC ISO 8601)
+                config (resolved Hydra config, YAML), created (UTC ISO 8601), observe
+
+``observe`` says what ``observed`` holds: "qp", (q, p) states (N, T+1, 2d), or "q", positions only
+(N, T+1, d) (``generate.observe=q``, seed 002); absent means "qp". ``clean`` is always (N, T+1, 2d).
 
 ``observed``/``clean`` are chunked one trajectory per chunk, gzip-compressed with the shuffle and
 fletcher32 (checksum) filters, so corruption is detected on read. Plain h5py reads it all.
+
+A file need not come from ``generate`` (measured trajectories written with h5py): ``read_dataset``
+requires only ``REQUIRED_ATTRS`` and, per split it reads, ``REQUIRED_ARRAYS``; the simulation's
+attributes (``OPTIONAL_ATTRS``) and ``clean`` are optional. A file is taken as written by
+``generate`` when it has the ``config`` and ``hnnsym_version`` attributes (``made_by_generate``):
+then an error says how to regenerate it, otherwise what the file must contain.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Iterable
@@ -30,25 +40,45 @@ import numpy as np
 import hnnsym
 from hnnsym.artifacts import atomic_path, now_utc, versions
 from hnnsym.errors import DataError
+from hnnsym.physics.systems import SYSTEMS
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "val", "test")
 ARRAYS = ("observed", "clean", "t")
+REQUIRED_ARRAYS = ("observed", "t")  # per split; clean (the ground truth) only simulated data have
 JSON_ATTRS = ("system_params", "versions")
-# What a writer must provide; write_dataset adds schema_version, n_<split>, and fills
-# hnnsym_version, versions and created when absent.
-REQUIRED_ATTRS = (
+# The root attributes every data file must have (hand-written ones too), and what they must hold.
+REQUIRED_ATTRS = {
+    "schema_version": f"the schema version, {SCHEMA_VERSION}",
+    "system": "the name of a built-in system",
+    "dim": "an integer d >= 1, the degrees of freedom: states have 2d components",
+    "obs_dt": "the time between observations, a number > 0",
+}
+# The optional ones (the simulation's settings and the provenance that generate writes), with the
+# value read_dataset gives them when the file has none.
+OPTIONAL_ATTRS: dict[str, Any] = {
+    "system_params": {}, "fine_dt": None, "integrator": None, "noise": None, "noise_std": None,
+    "seed": None, "n_train": None, "n_val": None, "n_test": None, "hnnsym_version": None,
+    "versions": None, "config": None, "created": None, "observe": "qp",
+}  # fmt: skip
+OBSERVE = ("qp", "q")  # values of the observe attribute: states [q, p], or positions q only
+# What write_dataset's caller (generate) must provide; write_dataset adds schema_version,
+# n_<split>, and fills hnnsym_version, versions and created when absent.
+WRITE_ATTRS = (
     "system", "system_params", "dim", "obs_dt", "fine_dt", "integrator", "noise", "noise_std",
     "seed", "config",
 )  # fmt: skip
+# Where a data file's required contents are documented (named in the errors about them).
+SCHEMA_DOC = "README.md, section 'File format'"
 
 
 @dataclass
 class Split:
-    """One split. observed/clean: (N, T+1, 2d) float64; t: (T+1,)."""
+    """One split. observed/clean: (N, T+1, 2d) float64; t: (T+1,). ``clean`` is None when the
+    file has no ground truth (measured data)."""
 
     observed: np.ndarray
-    clean: np.ndarray
+    clean: np.ndarray | None
     t: np.ndarray
 
 
@@ -72,7 +102,7 @@ def write_dataset(
     """
     path = Path(path)
     refuse_overwrite(path, overwrite)
-    missing = [k for k in REQUIRED_ATTRS if k not in attrs]
+    missing = [k for k in WRITE_ATTRS if k not in attrs]
     if missing:
         raise ValueError(f"write_dataset: missing root attrs {missing}")
     root = {
@@ -83,7 +113,7 @@ def write_dataset(
         "schema_version": SCHEMA_VERSION,
     }
     for name, split in splits.items():
-        _check_split(name, split, int(attrs["dim"]))
+        _check_split(name, split, int(attrs["dim"]), attrs.get("observe", "qp"))
         root[f"n_{name}"] = int(split.observed.shape[0])
     try:
         _write_h5(path, splits, root, overwrite)
@@ -117,12 +147,22 @@ def refuse_overwrite(path: str | os.PathLike, overwrite: bool) -> None:
         )
 
 
-def _check_split(name: str, split: Split, dim: int) -> None:
+def observed_width(dim: int, observe: str) -> int:
+    """Components of one observation: d for positions only (observe "q"), else 2d."""
+    return dim if observe == "q" else 2 * dim
+
+
+def _check_split(name: str, split: Split, dim: int, observe: str = "qp") -> None:
     obs, clean, t = (np.asarray(getattr(split, k)) for k in ARRAYS)
-    if obs.ndim != 3 or obs.shape != clean.shape or obs.shape[-1] != 2 * dim:
+    if observe not in OBSERVE:
+        raise ValueError(f"observe must be one of {OBSERVE}, got {observe!r}")
+    width = observed_width(dim, observe)
+    if (
+        obs.ndim != 3 or clean.shape != (*obs.shape[:2], 2 * dim) or obs.shape[-1] != width
+    ):  # fmt: skip
         raise ValueError(
-            f"split {name}: observed {obs.shape} and clean {clean.shape} must both be "
-            f"(N, T+1, {2 * dim})"
+            f"split {name}: observed {obs.shape} and clean {clean.shape} must be "
+            f"(N, T+1, {width}) and (N, T+1, {2 * dim})"
         )
     if t.shape != (obs.shape[1],):
         raise ValueError(f"split {name}: t has shape {t.shape}, expected ({obs.shape[1]},)")
@@ -153,13 +193,15 @@ def generate_command(path: str | os.PathLike, system: str | None = None) -> str:
     """The ``python -m hnnsym.generate`` command that writes ``path`` under the default layout
     ``<data_dir>/<system>/<noise>/seed<k>.h5`` (placeholders where the path does not say)."""
     path = Path(path)
-    match = re.fullmatch(r"seed(-?\d+)\.h5", path.name)
+    match = re.fullmatch(r"seed(-?\d+)(_q)?\.h5", path.name)
     parts = path.parts
     if match and len(parts) >= 3:
         args = [f"system={system or parts[-3]}", f"noise={parts[-2]}", f"seed={match.group(1)}"]
         data_dir = Path(*parts[:-3]) if len(parts) > 3 else Path(".")
         if data_dir != Path("data"):
             args.append(f"data_dir={data_dir}")
+        if match.group(2):  # seed<k>_q.h5: positions only
+            args.append("generate.observe=q")
     else:
         args = [f"system={system or '<system>'}", "noise=<noise>", "seed=<k>", f"data_file={path}"]
     return "python -m hnnsym.generate " + " ".join(args)
@@ -171,82 +213,166 @@ def read_dataset(
     dim: int | None = None,
     splits: Iterable[str] = SPLITS,
 ) -> Dataset:
-    """Read and validate a data file; ``system``/``dim``, when given, must match the file's."""
+    """Read and validate a data file; ``system``/``dim``, when given, must match the file's.
+
+    Every attribute of the schema is in ``Dataset.attrs``: the optional ones the file lacks have
+    their ``OPTIONAL_ATTRS`` value (None; ``system_params``: {}). A missing or malformed required
+    attribute or dataset is a one-line DataError naming it and saying what to do.
+    """
     path = Path(path)
     command = generate_command(path, system)
     if not path.exists():
         raise DataError(f"no data file at {path}; run `{command}` first")
     try:
         with h5py.File(path, "r") as f:
-            attrs = {key: _decode_attr(key, value) for key, value in f.attrs.items()}
+            attrs = _decode_attrs(path, f.attrs, command)
             _check_attrs(path, attrs, system, dim, command)
-            out = {name: _read_split(path, f, name, int(attrs["dim"])) for name in splits}
+            observe = attrs.get("observe", "qp")
+            if observe not in OBSERVE:
+                raise DataError(f"{path}: root attribute observe must be one of {OBSERVE} (what "
+                                f"`observed` holds), got {observe!r}")  # fmt: skip
+            out = {name: _read_split(path, f, name, int(attrs["dim"]), observe) for name in splits}
     except OSError as err:
         raise DataError(
             f"{path} is not a readable HDF5 file, or is truncated or corrupt ({_first_line(err)}); "
-            f"regenerate it: `{command} generate.overwrite=true`"
+            f"regenerate it: `{command} generate.overwrite=true` (or write your file again)"
         ) from err
+    for key, default in OPTIONAL_ATTRS.items():
+        attrs.setdefault(key, dict(default) if isinstance(default, dict) else default)
     return Dataset(path, attrs, out)
+
+
+def made_by_generate(attrs: Any) -> bool:
+    """Was the file written by ``generate``? It writes ``config`` and ``hnnsym_version``, which a
+    hand-written file (of measurements, say) has no reason to carry. ``attrs``: the file's, or
+    ``Dataset.attrs`` (where the absent ones are None)."""
+    return attrs.get("config") is not None and attrs.get("hnnsym_version") is not None
+
+
+def _what_to_do(attrs: Any, command: str, own: str = "") -> str:
+    """The advice closing an error about a file: regenerate it when ``generate`` wrote it, else
+    ``own`` (a file written by hand: how to fix it), default: where the schema is documented."""
+    if made_by_generate(attrs):
+        return f"regenerate it: `{command} generate.overwrite=true`"
+    return own or f"see {SCHEMA_DOC} for what a data file must contain"
 
 
 def _first_line(err: Exception) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
+def _decode_attrs(path: Path, raw: Any, command: str) -> dict:
+    attrs = {}
+    for key, value in raw.items():
+        try:
+            attrs[key] = _decode_attr(key, value)
+        except ValueError as err:  # a JSON attribute that is not JSON
+            raise DataError(
+                f"{path}: attribute {key} is not valid JSON ({_first_line(err)}); "
+                + _what_to_do(raw, command, f"store it as a JSON string ({SCHEMA_DOC})")
+            ) from err
+    return attrs
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _check_attrs(
     path: Path, attrs: dict, system: str | None, dim: int | None, command: str
 ) -> None:
+    """The required attributes are there and valid, and match ``system``/``dim`` when given."""
+
+    def fix(own: str) -> str:
+        return _what_to_do(
+            attrs, command, f"{own} (see {SCHEMA_DOC}: what a data file must contain)"
+        )
+
     version = attrs.get("schema_version")
     if version is None:
         raise DataError(
-            f"{path} has no schema_version attribute, so it was not written by hnnsym.generate; "
-            f"regenerate it: `{command} generate.overwrite=true`"
+            f"{path} has no schema_version attribute; "
+            + fix(f"set schema_version={SCHEMA_VERSION} on a file written in this schema")
         )
-    if version != SCHEMA_VERSION:
+    if not _is_number(version) or version != SCHEMA_VERSION:
         raise DataError(
-            f"{path} has schema_version {version}, this hnnsym reads {SCHEMA_VERSION}; "
-            f"regenerate it: `{command} generate.overwrite=true`"
+            f"{path} has schema_version {version!r}, this hnnsym reads {SCHEMA_VERSION}; "
+            + fix(f"write the file in schema {SCHEMA_VERSION}")
         )
-    if system is not None and attrs.get("system") != system:
+    missing = [k for k in REQUIRED_ATTRS if k not in attrs]
+    if missing:
+        what = ", ".join(f"{k} ({REQUIRED_ATTRS[k]})" for k in missing)
+        s, it = ("s", "them") if len(missing) > 1 else ("", "it")
+        raise DataError(f"{path} lacks the required root attribute{s} {what}; " + fix(f"add {it}"))
+    problems = {
+        "system": not isinstance(attrs["system"], str) or not attrs["system"],
+        "dim": not isinstance(attrs["dim"], int) or isinstance(attrs["dim"], bool)
+        or attrs["dim"] < 1,
+        "obs_dt": not _is_number(attrs["obs_dt"]) or not math.isfinite(attrs["obs_dt"])
+        or attrs["obs_dt"] <= 0,
+    }  # fmt: skip
+    for key, bad in problems.items():
+        if bad:
+            raise DataError(
+                f"{path}: root attribute {key} must be {REQUIRED_ATTRS[key]}, got "
+                f"{attrs[key]!r}; " + fix("correct it")
+            )
+    if system is not None and attrs["system"] != system:
+        if attrs["system"] not in SYSTEMS:
+            raise DataError(
+                f"{path} holds system {attrs['system']!r}, which is not a built-in system "
+                f"({', '.join(sorted(SYSTEMS))}): train and evaluate need one (evaluate compares "
+                "with its H); set the file's system attribute to the built-in system the data "
+                "come from, and pass the same system="
+            )
         raise DataError(
-            f"{path} holds system {attrs.get('system')!r}, not {system!r}; check the system= and "
+            f"{path} holds system {attrs['system']!r}, not {system!r}; check the system= and "
             "data_file= overrides"
         )
-    if dim is not None and attrs.get("dim") != dim:
+    if dim is not None and attrs["dim"] != dim:
         raise DataError(
-            f"{path} holds dim={attrs.get('dim')} states, not dim={dim}; check the system= and "
+            f"{path} holds dim={attrs['dim']} states, not dim={dim}; check the system= and "
             "data_file= overrides"
         )
-    if not isinstance(attrs.get("dim"), int):
-        raise DataError(f"{path} lacks a valid dim attribute; regenerate it with `{command}`")
 
 
-def _read_split(path: Path, f: h5py.File, name: str, dim: int) -> Split:
+def _read_split(path: Path, f: h5py.File, name: str, dim: int, observe: str = "qp") -> Split:
+    command = generate_command(path, f.attrs.get("system"))
+    arrays_doc = " and ".join(REQUIRED_ARRAYS)
     if name not in f:
         raise DataError(
-            f"{path} has no split {name!r} (it has {sorted(f.keys())}); regenerate it with "
-            f"`{generate_command(path)} generate.overwrite=true`"
-        )
+            f"{path} has no split {name!r} (it has {sorted(f.keys())}); "
+            + _what_to_do(f.attrs, command, f"add a group {name} with the datasets {arrays_doc} "
+                          f"({SCHEMA_DOC}; train reads train and val, evaluate test)")
+        )  # fmt: skip
     group = f[name]
-    missing = [k for k in ARRAYS if k not in group]
+    missing = [k for k in REQUIRED_ARRAYS if k not in group]
     if missing:
-        raise DataError(f"{path}: split {name!r} lacks {missing}; regenerate the file")
-    arrays = {k: np.asarray(group[k][...], dtype=np.float64) for k in ARRAYS}
-    obs, clean, t = arrays["observed"], arrays["clean"], arrays["t"]
+        raise DataError(
+            f"{path}: split {name!r} lacks the dataset{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(missing)}; "
+            + _what_to_do(f.attrs, command, f"every split needs {arrays_doc} ({SCHEMA_DOC})")
+        )
+    arrays = {k: np.asarray(group[k][...], dtype=np.float64) for k in ARRAYS if k in group}
+    obs, clean, t = arrays["observed"], arrays.get("clean"), arrays["t"]
+    width = observed_width(dim, observe)  # d for positions only (observe "q"), else 2d
     if (
         obs.ndim != 3
-        or obs.shape != clean.shape
-        or obs.shape[-1] != 2 * dim
+        or (clean is not None and clean.shape != (*obs.shape[:2], 2 * dim))
+        or obs.shape[-1] != width
         or t.shape != obs.shape[1:2]
     ):
+        shapes = f"observed {obs.shape}" + ("" if clean is None else f", clean {clean.shape}")
         raise DataError(
-            f"{path}: split {name!r} has observed {obs.shape}, clean {clean.shape}, t {t.shape}; "
-            f"expected (N, T+1, {2 * dim}) twice and (T+1,)"
+            f"{path}: split {name!r} has {shapes}, t {t.shape}; expected (N, T+1, {width}) "
+            f"for observed (observe={observe}), (N, T+1, {2 * dim}) for clean and (T+1,) for t"
         )
     for key, array in arrays.items():
         if not np.isfinite(array).all():
             raise DataError(
-                f"{path}: split {name!r} {key} contains NaN or Inf; regenerate the file "
-                "(a diverging ground truth? try a smaller generate.fine_dt)"
-            )
+                f"{path}: split {name!r} {key} contains NaN or Inf; "
+                + _what_to_do(f.attrs, command, "drop or repair those trajectories")
+                + (" (a diverging ground truth? try a smaller generate.fine_dt)"
+                   if made_by_generate(f.attrs) else "")
+            )  # fmt: skip
     return Split(obs, clean, t)

@@ -1,7 +1,9 @@
 """Making data: seeded draws per split, the ground-truth rollout, observation noise.
 
 ``generate(cfg)`` (below) is the generate stage: it samples initial conditions, integrates them with
-a high-order integrator and writes the HDF5 file (``hnnsym.data.hdf5``).
+a high-order integrator and writes the HDF5 file (``hnnsym.data.hdf5``). With
+``generate.observe=q`` the observations are positions only: the q part of the same noisy states
+(so a positions file and a states file of one seed hold the same noisy q).
 """
 
 from __future__ import annotations
@@ -149,6 +151,8 @@ def make_split(
             chunks.append(ys.transpose(0, 1).cpu())
     clean = torch.cat(chunks).numpy()
     observed = add_noise(clean, float(cfg.noise.std), split_generator(cfg.seed, split, "noise"))
+    if g.observe == "q":  # positions only: the q part of the same noisy states
+        observed = np.ascontiguousarray(observed[..., : system.dim])
     t = torch.arange(steps + 1, dtype=torch.float64).numpy() * float(g.obs_dt)
     return Split(observed=observed, clean=clean, t=t), stats
 
@@ -185,6 +189,7 @@ def generate(cfg: DictConfig) -> Path:
         "noise_std": float(cfg.noise.std),
         "seed": int(cfg.seed),
         "config": resolved,
+        "observe": str(g.observe),
     }
     path = Path(cfg.data_file)
     write_dataset(path, splits, attrs, overwrite=bool(g.overwrite))

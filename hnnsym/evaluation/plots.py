@@ -119,9 +119,12 @@ def plot_energy(
     energy_data: Tensor | np.ndarray,
     energy_pred_on_pred: Tensor | np.ndarray,
     path: str | os.PathLike,
+    model_label: str = "learned energy drift $H_\\theta(\\hat y_t) - H_\\theta(\\hat y_0)$",
+    start: int = 0,
 ) -> None:
     """Energy over time for a few trajectories (T+1, B): true H along the predicted path (solid)
-    vs along the clean data (dashed), and the learned H along its own path (right)."""
+    vs along the clean data (dashed), and the learned H along its own path minus its value at
+    time index ``start`` (right; NaN points are left out)."""
     t = _numpy(t)
     e_tp, e_d, e_pp = (_numpy(x) for x in (energy_true_on_pred, energy_data, energy_pred_on_pred))
     fig = Figure(figsize=(11, 3.8), layout="constrained")
@@ -130,14 +133,63 @@ def plot_energy(
         color = f"C{b % 10}"
         left.plot(t, e_tp[:, b], color=color, **TRUE_STYLE)
         left.plot(t, e_d[:, b], color=color, **PRED_STYLE)
-        right.plot(t, e_pp[:, b] - e_pp[0, b], color=color, **TRUE_STYLE)
+        right.plot(t[start:], e_pp[start:, b] - e_pp[start, b], color=color, **TRUE_STYLE)
     left.plot([], [], color="k", label="H along the learned path", **TRUE_STYLE)
     left.plot([], [], color="k", label="H along the data", **PRED_STYLE)
     left.legend(loc="best", fontsize=8)
     left.set_title("true energy $H(y_t)$")
-    right.set_title("learned energy drift $H_\\theta(\\hat y_t) - H_\\theta(\\hat y_0)$")
+    right.set_title(model_label)
     for ax in (left, right):
         ax.set_xlabel("$t$")
+    save_figure(fig, path)
+
+
+def plot_positions(
+    t: Tensor | np.ndarray,
+    truth: Tensor | np.ndarray,
+    pred: Tensor | np.ndarray,
+    path: str | os.PathLike,
+) -> None:
+    """Positions over time (T+1, B, d), true (solid) vs predicted (dashed), one panel per
+    coordinate (seed 002, Fig. 1 top)."""
+    t, truth, pred = _numpy(t), _numpy(truth), _numpy(pred)
+    d = truth.shape[-1]
+    names = coordinate_names(d)[:d]
+    fig = Figure(figsize=(11, 2.6 * d + 0.6), layout="constrained")
+    panels = np.atleast_1d(fig.subplots(d, 1, sharex=True))
+    for i, ax in enumerate(panels):
+        for b in range(truth.shape[1]):
+            color = f"C{b % 10}"
+            ax.plot(t, truth[:, b, i], color=color, **TRUE_STYLE)
+            ax.plot(t, pred[:, b, i], color=color, **PRED_STYLE)
+        ax.set_ylabel(names[i])
+    panels[0].plot([], [], color="k", label="true", **TRUE_STYLE)
+    panels[0].plot([], [], color="k", label="predicted", **PRED_STYLE)
+    panels[0].legend(loc="best", fontsize=8)
+    panels[-1].set_xlabel("$t$")
+    fig.suptitle("positions predicted from the first two: true (solid) vs predicted (dashed)")
+    save_figure(fig, path)
+
+
+def plot_potential(
+    q: Tensor | np.ndarray,
+    v_true: Tensor | np.ndarray,
+    v_pred: Tensor | np.ndarray,
+    path: str | os.PathLike,
+) -> None:
+    """True potential V(q) and the learned one shifted by the mean offset c = mean(V − V_θ) on a
+    1-D grid (left), and their difference (right)."""
+    q, v_true, v_pred = _numpy(q), _numpy(v_true), _numpy(v_pred)
+    shifted = v_pred + np.mean(v_true - v_pred)
+    fig = Figure(figsize=(11, 3.8), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    left.plot(q, v_true, label="true $V$", **TRUE_STYLE)
+    left.plot(q, shifted, label="learned $V_\\theta + c$", **PRED_STYLE)
+    left.legend(loc="best", fontsize=8)
+    right.plot(q, v_true - shifted, **TRUE_STYLE)
+    right.set_title("$V - V_\\theta - c$")
+    for ax in (left, right):
+        ax.set_xlabel("$q$")
     save_figure(fig, path)
 
 

@@ -2,7 +2,9 @@
 overrides as ``train``).
 
 Reads ``${run_dir}/checkpoints/<eval.checkpoint>.pt`` and the test split of ``${data_file}``;
-writes ``${run_dir}/eval/metrics.json``, ``rollout.csv`` and the figures ``*.png`` there.
+writes ``metrics.json``, ``rollout.csv`` and the figures ``*.png`` into ``eval.out_dir`` (null:
+``${run_dir}/eval``). An evaluation there of other data (another sha256) is replaced only with
+``eval.overwrite=true``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from hnnsym.artifacts import now_utc, sha256, versions, write_text
 from hnnsym.config.build import model_from_checkpoint, model_spec
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
-from hnnsym.data.hdf5 import Dataset, read_dataset
+from hnnsym.data.hdf5 import Dataset, made_by_generate, read_dataset
 from hnnsym.errors import UserError
 from hnnsym.evaluation import plots
 from hnnsym.evaluation.metrics import (
@@ -34,11 +36,14 @@ from hnnsym.evaluation.metrics import (
     rollout,
     rollout_metrics,
 )
+from hnnsym.evaluation.positions import evaluate_positions, position_summary
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.ode.integrators import integrator_from_config
+from hnnsym.physics.models import is_position_model
 from hnnsym.physics.systems import System, get_system
 from hnnsym.training.checkpoints import load_checkpoint as read_checkpoint
 from hnnsym.training.checkpoints import trained_options
+from hnnsym.training.losses import data_problem
 
 CHECKPOINT_KEYS = ("model", "model_config", "dim", "system")
 
@@ -89,6 +94,7 @@ def jsonable(value: Any) -> Any:
 
 def draw_figures(
     cfg: DictConfig,
+    out: Path,
     system: System,
     model: nn.Module,
     offset: float,
@@ -98,9 +104,8 @@ def draw_figures(
     roll: RolloutMetrics,
     data: Dataset,
 ) -> list[str]:
-    """Write the figures into ${run_dir}/eval; returns their names (without .png)."""
+    """Write the figures into ``out``; returns their names (without .png)."""
     e = cfg.eval
-    out = Path(cfg.run_dir) / "eval"
     k = min(int(e.plot_trajectories), truth.shape[1])
     per = roll.per_trajectory
     figures = []
@@ -134,13 +139,142 @@ def recorded_config(cfg: DictConfig, payload: dict) -> dict:
     return config
 
 
+def out_dir(cfg: DictConfig) -> Path:
+    """Where the evaluation goes: ``eval.out_dir``, by default ``${run_dir}/eval``."""
+    return Path(cfg.eval.out_dir) if cfg.eval.out_dir else Path(cfg.run_dir) / "eval"
+
+
+def earlier_evaluation(out: Path, data_file: Path, data_sha: str, overwrite: bool) -> dict | None:
+    """The metrics of the evaluation already in ``out`` (None if there is none, or unreadable),
+    after checking that this one may replace it: it must be of the same data (sha256), unless
+    ``overwrite``. UserError otherwise, before any work is done or file written."""
+    path = out / "metrics.json"
+    if not path.exists():
+        return None
+    try:
+        earlier = json.loads(path.read_text())
+        data = earlier["data"]
+        sha, file = str(data["sha256"]), data.get("file")
+    except (OSError, ValueError, KeyError, TypeError):
+        earlier, sha, file = None, None, None
+    if overwrite or sha == data_sha:
+        return earlier if isinstance(earlier, dict) else None
+    keep = (
+        "pass eval.overwrite=true to replace it, or eval.out_dir=<dir> to write this one elsewhere"
+    )
+    if sha is None:
+        raise UserError(f"{out} holds an evaluation ({path}) that does not say which data it is "
+                        f"of; {keep}")  # fmt: skip
+    if file == str(data_file):
+        what = (f"of {file} as it was before it changed (sha256 {sha[:12]}…, now "
+                f"{data_sha[:12]}…)")  # fmt: skip
+    else:
+        what = f"of other data, {file} (sha256 {sha[:12]}…), not of {data_file} ({data_sha[:12]}…)"
+    raise UserError(f"{out} holds an evaluation {what}; {keep}")
+
+
+def prepare_out_dir(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"cannot write the evaluation to {out}: {err.strerror or err}; choose eval.out_dir="
+        ) from err
+
+
+def remove_leftovers(out: Path, earlier: dict | None, written: list[str]) -> None:
+    """Delete the files the replaced evaluation listed that this one did not write (a figure
+    switched off), so ``out`` holds one evaluation."""
+    files = (earlier or {}).get("files")
+    if not isinstance(files, dict):
+        return
+    listed = [files.get("rollout"), *(files.get("figures") or [])]
+    for name in listed:
+        if isinstance(name, str) and name == Path(name).name and name not in written:
+            (out / name).unlink(missing_ok=True)
+
+
+def overrides() -> list[str] | None:
+    """This evaluation's command-line overrides (None when called in-process)."""
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
+
+
+def hamiltonian_metrics(
+    cfg: DictConfig,
+    out: Path,
+    system: System,
+    model: nn.Module,
+    truth: torch.Tensor,
+    t: torch.Tensor,
+    obs_dt: float,
+    steps: int,
+    substeps: int,
+    data: Dataset,
+    payload: dict,
+    reference: str,
+) -> tuple[dict, pd.DataFrame, list[str]]:
+    """The metrics (with notes), per-step curves and figures of a model of (q, p) states: H and
+    its vector field on the grid, and the rollout through the integrator group from the test
+    initial conditions ``truth[0]``."""
+    e = cfg.eval
+    device, dtype = truth.device, truth.dtype
+    data_file = Path(cfg.data_file)
+    # grid errors of H and of its vector field
+    points = int(e.grid_points or default_grid_points(system.dim))
+    grid = system.grid(points).to(device, dtype)
+    if grid.shape[0] == 0:
+        raise UserError(f"eval.grid_points={points} leaves no point inside {system.name}'s domain")
+    grid_m = grid_errors(system, model, grid, e.chunk)
+
+    # rollout of the learned H from the test initial conditions (clean, else observed)
+    try:
+        integ = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
+    except ValueError as err:
+        raise UserError(str(err)) from err
+    result = rollout(model, truth[0], obs_dt, steps, integ, substeps=substeps, segment=e.segment)
+    roll = rollout_metrics(result, truth, t, system, model, e.valid_threshold, e.chunk)
+
+    # figures, curves, metrics
+    figures = (
+        draw_figures(cfg, out, system, model, grid_m["h_offset"], truth, t, result, roll, data)
+        if e.figures
+        else []
+    )
+    curves = pd.DataFrame({key: v.detach().cpu().numpy() for key, v in roll.curves.items()})
+    curves.insert(0, "step", range(len(curves)))
+    notes = []
+    if not has_hamiltonian(model):
+        notes.append(
+            f"model {payload['model_config'].get('name')} learns a vector field without a "
+            "Hamiltonian: the H grid errors (h_l1, h_l1_raw, h_l1_rel) and energy_drift_pred are "
+            "null; vf_l1/vf_rel and the rollout metrics are defined"
+        )
+    if reference == "observed":
+        notes.append(
+            f"{data_file} has no clean test trajectories: the rollouts start from the observed "
+            "test states and are compared with them, so the rollout errors include the "
+            "measurement noise, and energy_drift_data_max is the true H along the observed states"
+        )
+    core = {
+        **grid_m,
+        "notes": notes,
+        "grid_points_per_axis": points,
+        **roll.summary,
+        "rollout_substeps": substeps,
+        "rollout_integrator": integ.name,
+        "rollout_reference": reference,
+        "rollout_failures": sorted({r for r in result.fail_reason if r}),
+    }
+    return core, curves, figures
+
+
 def evaluate(cfg: DictConfig) -> dict:
     """Compute, draw and write everything for the run of ``cfg``; returns the metrics dict (as
-    written to ``${run_dir}/eval/metrics.json``)."""
+    written to ``<eval.out_dir>/metrics.json``)."""
     e = validated(cfg, "system", "noise", "train", "eval").eval
     device, dtype = configure(cfg), resolve_dtype(e.dtype)
     run_dir = Path(cfg.run_dir)
-    out = run_dir / "eval"
+    out = out_dir(cfg)
     ckpt_path, payload = load_checkpoint(run_dir, e.checkpoint)
     asked = OmegaConf.to_container(cfg.model, resolve=True)
     if model_spec(payload["model_config"]) != model_spec(asked):
@@ -158,6 +292,10 @@ def evaluate(cfg: DictConfig) -> dict:
     data_file = Path(cfg.data_file)
     splits = ("test", "train") if e.figures and e.plot_training_data else ("test",)
     data = read_dataset(data_file, system=system.name, dim=system.dim, splits=splits)
+    width = data.splits["test"].observed.shape[-1]  # positions only (d) or states (2d)
+    observes = "q" if is_position_model(model) else "qp"
+    if problem := data_problem(observes, width, system.dim, model, cfg.method.name, str(data_file)):
+        raise UserError(problem)
     data_sha = sha256(data_file)
     if payload.get("data_sha256") not in (None, data_sha):
         print(
@@ -165,9 +303,20 @@ def evaluate(cfg: DictConfig) -> dict:
             f"on ({payload.get('data_file')}, sha256 {str(payload['data_sha256'])[:12]}…)",
             file=sys.stderr,
         )
-    obs_dt = float(data.attrs["obs_dt"])
+    earlier = earlier_evaluation(out, data_file, data_sha, bool(e.overwrite))
+    prepare_out_dir(out)
+    obs_dt = float(data.attrs["obs_dt"])  # checked by read_dataset
     test = data.splits["test"]
-    available = test.clean.shape[1] - 1
+    # rollouts are compared with the ground truth when the file has one, else with the data
+    reference, states = (
+        ("clean", test.clean) if test.clean is not None else ("observed", test.observed)
+    )
+    if states.shape[-1] != 2 * system.dim:
+        raise UserError(
+            f"the test split of {data_file} has no clean states and its observed ones are not "
+            f"(q, p) states {states.shape}; evaluate needs one of them (a clean dataset)"
+        )
+    available = states.shape[1] - 1
     steps = available if e.rollout_steps is None else int(e.rollout_steps)
     if steps < 1:
         raise UserError(f"the test split of {data_file} has no steps to roll out")
@@ -175,50 +324,20 @@ def evaluate(cfg: DictConfig) -> dict:
         raise UserError(
             f"eval.rollout_steps={steps} exceeds the {available} steps of the test split"
         )
-    n = min(int(e.max_trajectories or test.clean.shape[0]), test.clean.shape[0])
-    truth = torch.as_tensor(test.clean[:n, : steps + 1]).transpose(0, 1).to(device, dtype)
+    n = min(int(e.max_trajectories or states.shape[0]), states.shape[0])
+    truth = torch.as_tensor(states[:n, : steps + 1]).transpose(0, 1).to(device, dtype)
     t = torch.as_tensor(test.t[: steps + 1]).to(device, dtype)
     substeps = int(e.substeps or trained_options(payload).get("substeps") or 1)
 
-    # grid errors of H and of its vector field
-    points = int(e.grid_points or default_grid_points(system.dim))
-    grid = system.grid(points).to(device, dtype)
-    if grid.shape[0] == 0:
-        raise UserError(f"eval.grid_points={points} leaves no point inside {system.name}'s domain")
-    grid_m = grid_errors(system, model, grid, e.chunk)
-
-    # rollout of the learned H from the clean test initial conditions
-    try:
-        integ = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
-    except ValueError as err:
-        raise UserError(str(err)) from err
-    result = rollout(model, truth[0], obs_dt, steps, integ, substeps=substeps, segment=e.segment)
-    roll = rollout_metrics(result, truth, t, system, model, e.valid_threshold, e.chunk)
-
-    # figures, curves, metrics
-    figures = (
-        draw_figures(cfg, system, model, grid_m["h_offset"], truth, t, result, roll, data)
-        if e.figures
-        else []
-    )
-    curves = pd.DataFrame({key: v.detach().cpu().numpy() for key, v in roll.curves.items()})
-    curves.insert(0, "step", range(len(curves)))
-    write_text(out / "rollout.csv", curves.to_csv(index=False))
-    notes = []
-    if not has_hamiltonian(model):
-        notes.append(
-            f"model {payload['model_config'].get('name')} learns a vector field without a "
-            "Hamiltonian: the H grid errors (h_l1, h_l1_raw, h_l1_rel) and energy_drift_pred are "
-            "null; vf_l1/vf_rel and the rollout metrics are defined"
+    if is_position_model(model):  # learned from positions only (seed 002): Eq. 12 / recurrences
+        core, curves, figures = evaluate_positions(cfg, out, system, model, truth, t, obs_dt)
+    else:
+        core, curves, figures = hamiltonian_metrics(
+            cfg, out, system, model, truth, t, obs_dt, steps, substeps, data, payload, reference
         )
+    write_text(out / "rollout.csv", curves.to_csv(index=False))
     metrics = {
-        **grid_m,
-        "notes": notes,
-        "grid_points_per_axis": points,
-        **roll.summary,
-        "rollout_substeps": substeps,
-        "rollout_integrator": integ.name,
-        "rollout_failures": sorted({r for r in result.fail_reason if r}),
+        **core,
         "checkpoint": {
             "path": str(ckpt_path),
             "which": e.checkpoint,
@@ -230,21 +349,34 @@ def evaluate(cfg: DictConfig) -> dict:
             "checkpoint_sha256": payload.get("data_sha256"),
             "obs_dt": obs_dt,
             "test_trajectories": n,
+            "clean": reference == "clean",
+            "made_by_generate": made_by_generate(data.attrs),
+            "noise_std": data.attrs.get("noise_std"),
         },
         "system": {"name": system.name, "params": dict(system.params)},
         "model_config": payload["model_config"],
-        "files": {"rollout": "rollout.csv", "figures": [f"{f}.png" for f in figures]},
+        "files": {
+            "dir": str(out),
+            "rollout": "rollout.csv",
+            "figures": [f"{f}.png" for f in figures],
+        },
         "config": recorded_config(cfg, payload),
+        "overrides": overrides(),
         "versions": versions(),
         "created": now_utc(),
     }
     metrics = jsonable(metrics)
     write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    remove_leftovers(out, earlier, ["rollout.csv", *metrics["files"]["figures"]])
     return metrics
 
 
-def summary(m: dict, out: Path) -> str:
-    """A few lines for the terminal: the headline numbers and where the files are."""
+def summary(m: dict, out: Path | None = None) -> str:
+    """A few lines for the terminal: the headline numbers and where the files are (in
+    ``m["files"]["dir"]``; ``out`` for metrics that do not record it)."""
+    out = Path(m["files"].get("dir") or out)
+    if m.get("prediction"):  # learned from positions only: hnnsym.evaluation.positions
+        return position_summary(m, out)
 
     def f(key: str) -> str:
         return "n/a" if m[key] is None else f"{m[key]:.4g}"

@@ -3,7 +3,11 @@
 Every system has ``dim`` = d degrees of freedom, so states are (B, 2d) tensors ordered
 [q_1..q_d, p_1..p_d]. ``domain`` is a box (low, high) per coordinate; initial conditions are drawn
 uniformly from it (rejecting states above ``energy_max`` where set) and the evaluation grid covers the
-same box (with the same energy filter), as in seed 000.
+same box (with the same energy filter), as in seed 000. A system with ``radius`` = (r_min, r_max)
+(d = 1) draws its initial conditions on that annulus of the (q, p) plane instead, radius and angle
+uniform (the samplers of DGNet's mass–spring and pendulum, seed 002); its box is then
+[−r_max, r_max]². For learning from positions, ``mass`` is the system's mass matrix (a multiple
+of I: T = |p|²/(2·mass)) and ``potential(q)`` = H(q, 0), for separable systems.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ class System:
     energy_max: float | None = None
     description: str = ""
     separable: bool = False  # H = T(p) + V(q): leapfrog / symplectic Euler run explicitly
+    mass: float | None = None  # T = |p|^2 / (2 mass): the Lagrangian's mass matrix is mass * I
+    radius: tuple[float, float] | None = None  # sample on this annulus of (q, p) (d = 1)
+    sampler: Callable[[int, torch.Generator, torch.dtype], Tensor] | None = None  # own draws
 
     def __call__(self, y: Tensor) -> Tensor:
         """H(y): (B, 2d) -> (B,)."""
@@ -46,8 +53,23 @@ class System:
             inside &= self.hamiltonian(y) < self.energy_max
         return inside
 
+    def potential(self, q: Tensor) -> Tensor:
+        """V(q) = H(q, 0) for positions (..., d) -> (...) (separable systems with T(0) = 0)."""
+        if not self.separable:
+            raise ValueError(f"{self.name} is not separable: it has no potential V(q) alone")
+        return self.hamiltonian(torch.cat([q, torch.zeros_like(q)], -1))
+
     def sample(self, n: int, generator: torch.Generator, dtype=torch.float64) -> Tensor:
-        """n initial conditions, uniform over the domain (rejection on ``energy_max``): (n, 2d)."""
+        """n initial conditions, uniform over the domain (rejection on ``energy_max``), or on the
+        annulus ``radius`` (radius and angle uniform), or by the system's own ``sampler``: (n, 2d)."""
+        if self.sampler is not None:
+            return self.sampler(n, generator, dtype)
+        if self.radius is not None:
+            r_min, r_max = self.radius
+            u = torch.rand((n, 2), generator=generator, dtype=dtype)
+            r = r_min + (r_max - r_min) * u[:, 0]
+            angle = 2 * math.pi * u[:, 1]
+            return torch.stack([r * torch.cos(angle), r * torch.sin(angle)], -1)
         low, high = self._bounds(dtype=dtype)
         out: list[Tensor] = []
         have = 0
@@ -96,7 +118,7 @@ def double_well() -> System:
 
     return System(
         "double_well", 1, H, ((-2.0, 2.0), (-2.0, 2.0)), {},
-        separable=True,
+        separable=True, mass=1.0,
         description="H = p^2/2 + q^4/4 - q^2/2; (q, p) in [-2, 2]^2",
     )  # fmt: skip
 
@@ -123,7 +145,7 @@ def henon_heiles(energy_max: float = 1.0 / 6.0) -> System:
 
     return System(
         "henon_heiles", 2, H, ((-0.5, 0.5),) * 4, {"energy_max": energy_max}, energy_max,
-        separable=True,
+        separable=True, mass=1.0,
         description="H = |p|^2/2 + (qx^2+qy^2)/2 + qx^2 qy - qy^3/3; box [-0.5, 0.5]^4, H < 1/6",
     )  # fmt: skip
 
@@ -140,28 +162,96 @@ def henon_heiles_shell_states(energies: list[float], generator: torch.Generator)
     return torch.stack([torch.zeros(n, dtype=torch.float64), qy, px, py], -1)
 
 
-def pendulum(g: float = 1.0, length: float = 1.0, mass: float = 1.0) -> System:
+def _annulus(
+    params: dict, r_min: float | None, r_max: float | None, box: tuple
+) -> tuple[dict, tuple[float, float] | None, tuple]:
+    """(params with r_min/r_max when given, the sampling annulus, the box): the box becomes
+    [-r_max, r_max]^2 on an annulus."""
+    if r_min is None and r_max is None:
+        return params, None, box
+    if r_min is None or r_max is None or not 0 <= r_min < r_max:
+        raise ValueError(f"r_min and r_max must both be given with 0 <= r_min < r_max, got "
+                         f"{r_min}, {r_max}")  # fmt: skip
+    r_min, r_max = float(r_min), float(r_max)
+    return {**params, "r_min": r_min, "r_max": r_max}, (r_min, r_max), ((-r_max, r_max),) * 2
+
+
+def pendulum(
+    g: float = 1.0,
+    length: float = 1.0,
+    mass: float = 1.0,
+    r_min: float | None = None,
+    r_max: float | None = None,
+) -> System:
     def H(y: Tensor) -> Tensor:
         q, p = _split(y)
         return (p**2 / (2 * mass * length**2) + mass * g * length * (1 - torch.cos(q))).sum(-1)
 
+    params, radius, box = _annulus({"g": g, "length": length, "mass": mass}, r_min, r_max,
+                                   ((-math.pi / 2, math.pi / 2), (-1.5, 1.5)))  # fmt: skip
+    where = (f"{radius[0]} <= |(q, p)| <= {radius[1]}" if radius
+             else "q in [-pi/2, pi/2], p in [-1.5, 1.5]")  # fmt: skip
     return System(
-        "pendulum", 1, H, ((-math.pi / 2, math.pi / 2), (-1.5, 1.5)),
-        {"g": g, "length": length, "mass": mass},
-        separable=True,
-        description="H = p^2/(2 m l^2) + m g l (1 - cos q); q in [-pi/2, pi/2], p in [-1.5, 1.5]",
+        "pendulum", 1, H, box, params,
+        separable=True, mass=mass * length**2, radius=radius,
+        description=f"H = p^2/(2 m l^2) + m g l (1 - cos q); {where}",
     )  # fmt: skip
 
 
-def mass_spring(mass: float = 1.0, k: float = 1.0) -> System:
+def mass_spring(
+    mass: float = 1.0, k: float = 1.0, r_min: float | None = None, r_max: float | None = None
+) -> System:
     def H(y: Tensor) -> Tensor:
         q, p = _split(y)
         return (p**2 / (2 * mass) + 0.5 * k * q**2).sum(-1)
 
+    params, radius, box = _annulus({"mass": mass, "k": k}, r_min, r_max,
+                                   ((-1.0, 1.0), (-1.0, 1.0)))  # fmt: skip
+    where = f"{radius[0]} <= |(q, p)| <= {radius[1]}" if radius else "(q, p) in [-1, 1]^2"
     return System(
-        "mass_spring", 1, H, ((-1.0, 1.0), (-1.0, 1.0)), {"mass": mass, "k": k},
-        separable=True,
-        description="H = p^2/(2m) + k q^2/2; (q, p) in [-1, 1]^2",
+        "mass_spring", 1, H, box, params,
+        separable=True, mass=mass, radius=radius,
+        description=f"H = p^2/(2m) + k q^2/2; {where}",
+    )  # fmt: skip
+
+
+def two_body(
+    gravity: float = 1.0,
+    mass: float = 1.0,
+    r_min: float = 0.5,
+    r_max: float = 1.5,
+    eccentricity: float = 0.2,
+) -> System:
+    """Two bodies of equal ``mass`` in a plane under gravity (DGNet's / HNN's 2-body task), d = 4:
+    q = (x₁, y₁, x₂, y₂), H = (|p₁|² + |p₂|²)/(2m) − G m²/|q₁ − q₂|. Initial conditions as HNN's
+    sampler: body 1 at radius r ~ U[r_min, r_max] (uniform angle) from the centre of mass, body 2
+    opposite, velocities of the circular orbit (speed √(G m/(4r)), perpendicular) scaled by
+    1 + ``eccentricity``·N(0, 1): slightly elliptic, bound orbits. The box (for grids) is
+    [−2 r_max, 2 r_max]^8; H is singular where the bodies meet."""
+    if not 0 < r_min < r_max:
+        raise ValueError(f"need 0 < r_min < r_max, got {r_min}, {r_max}")
+
+    def H(y: Tensor) -> Tensor:
+        q, p = _split(y)
+        distance = (q[..., :2] - q[..., 2:]).norm(dim=-1)
+        return (p**2).sum(-1) / (2 * mass) - gravity * mass**2 / distance
+
+    def sampler(n: int, generator: torch.Generator, dtype=torch.float64) -> Tensor:
+        u = torch.rand((n, 2), generator=generator, dtype=dtype)
+        r = r_min + (r_max - r_min) * u[:, 0]
+        angle = 2 * math.pi * u[:, 1]
+        pos = torch.stack([r * torch.cos(angle), r * torch.sin(angle)], -1)
+        speed = torch.sqrt(gravity * mass / (4 * r))
+        scale = 1 + eccentricity * torch.randn(n, generator=generator, dtype=dtype)
+        vel = torch.stack([-pos[:, 1], pos[:, 0]], -1) / r[:, None] * (speed * scale)[:, None]
+        return torch.cat([pos, -pos, mass * vel, -mass * vel], -1)
+
+    params = {"gravity": gravity, "mass": mass, "r_min": r_min, "r_max": r_max,
+              "eccentricity": eccentricity}  # fmt: skip
+    return System(
+        "two_body", 4, H, ((-2 * r_max, 2 * r_max),) * 8, params,
+        separable=True, mass=mass, sampler=sampler,
+        description="H = (|p1|^2 + |p2|^2)/(2m) - G m^2/|q1 - q2|; HNN's near-circular orbits",
     )  # fmt: skip
 
 
@@ -171,6 +261,7 @@ SYSTEMS: dict[str, Callable[..., System]] = {
     "henon_heiles": henon_heiles,
     "pendulum": pendulum,
     "mass_spring": mass_spring,
+    "two_body": two_body,
 }
 
 

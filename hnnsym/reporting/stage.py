@@ -1,6 +1,7 @@
-"""The reporting stages, everything but Hydra: ``report(cfg)`` (``python -m hnnsym.report``) and
-``table1(cfg)`` (``python -m hnnsym.table1``), both reading the ``report`` section of
-``conf/report.yaml``: check it, aggregate the runs, write the files, print the table."""
+"""The reporting stages, everything but Hydra: ``report(cfg)`` (``python -m hnnsym.report``),
+``table1(cfg)`` (``python -m hnnsym.table1``) and ``table_ddlm(cfg)`` (``python -m
+hnnsym.table_ddlm``), all reading the ``report`` section of ``conf/report.yaml``: check it,
+aggregate the runs, write the files, print the table."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from hnnsym.reporting.table1 import (
     write_noise_sweep,
     write_table1,
 )
+from hnnsym.reporting.table_ddlm import COLUMNS as DDLM_COLUMNS
+from hnnsym.reporting.table_ddlm import PUBLISHED as DDLM_PUBLISHED
+from hnnsym.reporting.table_ddlm import build_table, write_table
 from hnnsym.reporting.tables import to_markdown
 
 
@@ -77,4 +81,16 @@ def table1(cfg: DictConfig) -> None:
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
     print(table_markdown(table, digits))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+
+
+def table_ddlm(cfg: DictConfig) -> None:
+    """Seed 002's Tables 2 and 3 beside the paper's numbers, into ``report.out_dir``."""
+    r = cfg.report
+    runs, digits = checked_runs_and_digits(r)
+    table, notes = build_table(runs)
+    paths = write_table(table, r.out_dir, digits, notes)
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
+    print(to_markdown(table, list(DDLM_COLUMNS), digits, DDLM_COLUMNS, DDLM_PUBLISHED))
     print("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -25,6 +25,17 @@ same for all.
 ``DerivativeLoss`` (HNN, Greydanus et al. 2019): central differences,
     L = Σ_{t=1..τ−1} ||(y_{t+1} − y_{t−1})/(2h) − f_θ(y_t)||².
 Here f_θ = J⁻¹∇H_θ (``hnnsym.ode.dynamics.vector_field``) and h the observation interval.
+
+Learning from positions only (seed 002; windows (τ+1, B, d) of positions, τ >= 2, a ``Potential``
+model V_θ with mass matrix M; ``hnnsym.ode.lagrangian``):
+``Eq12Loss`` (DDLM): the mean over the window's position triples and coordinates of the squared
+    residual of Eq. 12, M(q_{t+1} − 2q_t + q_{t−1})/Δt² + ½[∇̄V_θ(q_{t+1}, q_t) + ∇̄V_θ(q_t, q_{t−1})]
+    (no solve; ∇̄ the model's discrete gradient, evaluated once per consecutive pair).
+``PositionStepLoss`` (the baselines): the mean squared error of the explicit recurrence's
+    prediction of q_{t+1} from (q_{t−1}, q_t): leapfrog, symplectic Euler or Euler.
+These two are means (the paper's MSE), the losses above sums over time and coordinates.
+A loss says what it learns from (``observes``: "qp" states, "q" positions); ``data_problem``
+checks the data and the model against it.
 """
 
 from __future__ import annotations
@@ -36,9 +47,11 @@ from dataclasses import MISSING, dataclass, fields
 import torch
 from torch import Tensor, nn
 
+from hnnsym.ode.discrete_gradients import discrete_gradient
 from hnnsym.ode.dynamics import vector_field
 from hnnsym.ode.gradients import GradientMethod
 from hnnsym.ode.integrators import Integrator
+from hnnsym.ode.lagrangian import EXPLICIT, explicit_step
 from hnnsym.ode.problem import SolverStats
 from hnnsym.ode.solve import solve
 
@@ -58,6 +71,7 @@ class Loss:
     """Base of the losses: ``evaluate`` gives a LossValue, calling gives its value."""
 
     min_window = 1  # the shortest train.window the loss accepts
+    observes = "qp"  # what its windows hold: (q, p) states, or "q": positions only
 
     def evaluate(self, model: nn.Module, windows: Tensor) -> LossValue:
         raise NotImplementedError
@@ -184,6 +198,83 @@ class DerivativeLoss(Loss):
         target = (windows[2:] - windows[:-2]) / (2 * self.obs_dt)
         f = vector_field(model, mid.reshape(-1, mid.shape[-1])).reshape(mid.shape)
         return LossValue(((target - f) ** 2).sum(dim=(0, 2)).mean())
+
+
+@dataclass
+class Eq12Loss(Loss):
+    """DDLM (seed 002): mean squared residual of Eq. 12 over the position triples of windows
+    (τ+1, B, d), τ >= 2, for a ``Potential`` model (V_θ, its mass matrix and discrete gradient)."""
+
+    obs_dt: float
+    min_window = 2
+    observes = "q"
+
+    def evaluate(self, model: nn.Module, windows: Tensor) -> LossValue:
+        if windows.shape[0] < 3:
+            raise ValueError("Eq. 12 needs windows of at least 2 steps (train.window>=2)")
+        steps, B, d = windows.shape[0] - 1, windows.shape[1], windows.shape[2]
+        u, v = windows[1:].reshape(-1, d), windows[:-1].reshape(-1, d)
+        dg = discrete_gradient(model, u, v, model.discrete_gradient, model.avf_nodes)
+        dg = dg.reshape(steps, B, d)  # ∇̄V(q_{t+1}, q_t), t = 0..τ-1
+        second = windows[2:] - 2 * windows[1:-1] + windows[:-2]
+        residual = second @ model.mass_matrix().T / self.obs_dt**2 + 0.5 * (dg[1:] + dg[:-1])
+        return LossValue((residual**2).mean())
+
+
+@dataclass
+class PositionStepLoss(Loss):
+    """The position-only baselines of seed 002: mean squared error of the explicit recurrence's
+    q_{t+1} (``scheme`` leapfrog | symplectic_euler | euler) from (q_{t−1}, q_t) over windows
+    (τ+1, B, d), τ >= 2, for a ``Potential`` model."""
+
+    obs_dt: float
+    scheme: str = "leapfrog"
+    min_window = 2
+    observes = "q"
+
+    def __post_init__(self):
+        if self.scheme not in EXPLICIT:
+            raise ValueError(f"scheme must be one of {EXPLICIT}, got {self.scheme!r}")
+
+    def evaluate(self, model: nn.Module, windows: Tensor) -> LossValue:
+        if windows.shape[0] < 3:
+            raise ValueError("a position recurrence needs windows of at least 2 steps")
+        d = windows.shape[-1]
+        q_prev, q = windows[:-2].reshape(-1, d), windows[1:-1].reshape(-1, d)
+        pred = explicit_step(self.scheme, model, model.mass_matrix(), q_prev, q, self.obs_dt)
+        return LossValue(((pred - windows[2:].reshape(-1, d)) ** 2).mean())
+
+
+def data_problem(
+    observes: str, width: int, dim: int, model: nn.Module, method: str, source: str
+) -> str | None:
+    """What is wrong (one sentence) with training or evaluating ``method``, whose loss learns from
+    ``observes`` ("qp" | "q"), with ``model`` on the observations in ``source`` (a data file), of
+    ``width`` components (2d: states, d: positions); None when they fit."""
+    if width not in (dim, 2 * dim):
+        return (
+            f"{source} holds observations of {width} components, neither d={dim} nor 2d={2 * dim}"
+        )
+    if observes == "q" and width == 2 * dim:
+        return (
+            f"{source} holds (q, p) states, but method {method} learns from positions only; "
+            "generate them with generate.observe=q (written beside it as seed<k>_q.h5, the "
+            "file the method reads)"
+        )
+    if observes == "qp" and width == dim:
+        return (
+            f"{source} holds positions only (generate.observe=q), but method {method} needs "
+            "momenta too; use a position method (method=ddlm, ddlm_leapfrog, ...) or data "
+            "generated without generate.observe=q"
+        )
+    position_model = bool(getattr(model, "position_only", False))
+    if observes == "q" and not position_model:
+        return (f"method {method} needs a potential network (model=potential), not "
+                f"{type(model).__name__}")  # fmt: skip
+    if observes == "qp" and position_model:
+        return (f"model {type(model).__name__} is a potential V(q) for the position methods "
+                f"(method=ddlm, ...), not for method {method}")  # fmt: skip
+    return None
 
 
 def build_loss(partial: Callable[..., Loss], context: LossContext) -> Loss:

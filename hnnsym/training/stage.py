@@ -17,12 +17,19 @@ from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
-from hnnsym.ode.gradients import get_gradient
+from hnnsym.ode.gradients import gradient_from_config
 from hnnsym.ode.integrators import integrator_from_config
 from hnnsym.physics.systems import get_system
 from hnnsym.training.checkpoints import load_checkpoint, provenance, resume_from
-from hnnsym.training.losses import LossContext
-from hnnsym.training.trainer import TrainData, Trainer, TrainOptions, TrainState
+from hnnsym.training.losses import LossContext, data_problem
+from hnnsym.training.trainer import (
+    TrainData,
+    Trainer,
+    TrainOptions,
+    TrainState,
+    few_steps_advice,
+    steps_per_epoch,
+)
 
 # Shown when two jobs of a sweep would write one run dir.
 _RUN_DIR_HINT = (
@@ -60,10 +67,19 @@ def train(cfg: DictConfig) -> TrainResult:
             f"train.window={t.window} is longer than the trajectories "
             f"({trajectories.shape[1] - 1} steps)"
         )
-    if t.batch_size > trajectories.shape[0]:
+    n = trajectories.shape[0]
+    if advice := few_steps_advice(n, t.batch_size):
+        steps = steps_per_epoch(n, t.batch_size)
+        said = (
+            f"{'exceeds' if t.batch_size > n else 'equals'} the {n} training trajectories: each "
+            "epoch is one optimizer step on all of them"
+            if t.batch_size >= n
+            else f"makes {steps} optimizer steps per epoch of the {n} training trajectories"
+        )
         print(
-            f"note: train.batch_size={t.batch_size} exceeds the {trajectories.shape[0]} training "
-            "trajectories; each epoch is one batch of all of them",
+            f"note: train.batch_size={t.batch_size} {said}, and early stopping (after "
+            f"train.early_stop.patience={t.early_stop.patience} epochs) may end the run before it "
+            f"has learned; {advice}",
             file=sys.stderr,
         )
     run_dir = Path(cfg.run_dir)
@@ -99,7 +115,7 @@ def build_trainer(
     val_windows = random_windows(val, t.window, torch.arange(val.shape[0]), val_generator)
     try:
         integrator = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
-        gradient = get_gradient(cfg.gradient.name)
+        gradient = gradient_from_config(OmegaConf.to_container(cfg.gradient, resolve=True))
     except ValueError as err:
         raise UserError(str(err)) from err
     context = LossContext(integrator, gradient, obs_dt, int(t.substeps), int(t.segments),
@@ -110,6 +126,10 @@ def build_trainer(
             f"method {cfg.method.name}'s loss needs train.window >= {loss.min_window}, "
             f"got {t.window}"
         )
+    width = trajectories.shape[-1]  # states (2d) or positions only (d): what the loss must take
+    observes = getattr(loss, "observes", "qp")
+    if problem := data_problem(observes, width, dim, model, cfg.method.name, str(data_file)):
+        raise UserError(problem)
     optimizer = build_optimizer(t, model)
     scheduler = build_scheduler(t, optimizer)
     container = OmegaConf.to_container(cfg, resolve=True)

@@ -79,6 +79,28 @@ class TrainData:
 
 LossFunction = Callable[[nn.Module, Tensor], Tensor]  # a Loss, or any callable giving a scalar
 
+# Fewer optimizer steps per epoch than this is said (before training and on every progress line):
+# early stopping counts epochs, so such a run may stop before it has learned anything.
+FEW_STEPS = 4
+SUGGESTED_STEPS = 8  # the steps per epoch of the batch size suggested then
+
+
+def steps_per_epoch(trajectories: int, batch_size: int) -> int:
+    """Optimizer steps per epoch: one window per trajectory, in batches of ``batch_size``."""
+    return -(-trajectories // batch_size)
+
+
+def few_steps_advice(trajectories: int, batch_size: int) -> str | None:
+    """``try train.batch_size=K (S steps per epoch)`` when an epoch has fewer than FEW_STEPS
+    optimizer steps, else None."""
+    if steps_per_epoch(trajectories, batch_size) >= FEW_STEPS:
+        return None
+    suggested = max(1, -(-trajectories // SUGGESTED_STEPS))
+    if suggested >= batch_size:
+        return f"only {trajectories} training trajectories: add data for more steps"
+    steps = steps_per_epoch(trajectories, suggested)
+    return f"try train.batch_size={suggested} ({steps} steps per epoch)"
+
 
 class Trainer:
     """Epoch loop, validation, checkpoints (last.pt every epoch, best.pt on improvement)."""
@@ -221,6 +243,15 @@ class Trainer:
                     saved = "no epoch had completed, nothing was saved"
                 raise Interrupted(saved) from None
 
+    def _few_steps(self) -> str:
+        """The progress line's warning when an epoch is only a few optimizer steps."""
+        n, size = self.train.shape[0], self.options.batch_size
+        advice = few_steps_advice(n, size)
+        if advice is None:
+            return ""
+        steps = steps_per_epoch(n, size)
+        return f"  [only {steps} optimizer step{'s' if steps > 1 else ''}/epoch: {advice}]"
+
     def _check_interrupt(self) -> None:
         if getattr(self, "_interrupt", {}).get("set"):
             raise KeyboardInterrupt
@@ -265,7 +296,7 @@ class Trainer:
             self.write_metrics()  # after last.pt: every row of metrics.csv has its checkpoint
             tqdm.write(
                 f"epoch {s.epoch:3d}  train {row['train_loss']:.4e}  val {row['val_loss']:.4e}  "
-                f"lr {row['lr']:.1e}  {row['epoch_time']:.1f}s"
+                f"lr {row['lr']:.1e}  {row['epoch_time']:.1f}s" + self._few_steps()
             )
         return s
 
