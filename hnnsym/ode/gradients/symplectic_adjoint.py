@@ -98,15 +98,7 @@ class SymplecticAdjoint(StepwiseAdjoint):
         c, B, dim = states.shape[0] - 1, states.shape[1], states.shape[2]
         n_q = dim // 2
         y, y_next = states[:-1].reshape(c * B, dim), states[1:].reshape(c * B, dim)
-        with torch.no_grad():
-            if tab.stages == 1 and tab.b_q == tab.b_p == (1.0,):
-                K = ((y_next - y) / h).unsqueeze(0)  # y_{n+1} = y_n + h K: midpoint, sympl. Euler
-            else:
-                K = integ.solve_stages(
-                    problem.f, y, h, n_q, problem.separable, guess=y_next, stats=problem.stats,
-                    where=f"at steps {start}..{start + c - 1} (recomputed in backward)",
-                )  # fmt: skip
-            Y = integ.stage_states(y, K, h, n_q)
+        Y = _stage_states(problem, y, y_next, f"at steps {start}..{start + c - 1}")
         s = Y.shape[0]
         a_q, b_q, a_p, b_p = tab.coefficients(y.dtype, y.device)
         # per component m: A[i, j, m] = a_q or a_p [i][j], b[i, m] = b_q or b_p [i]
@@ -147,15 +139,7 @@ class SymplecticAdjoint(StepwiseAdjoint):
         """(dL/dy_n, dL/dθ contribution of step n) given λ = dL/dy_{n+1}."""
         integ, h, n_q = problem.integrator, problem.h, y.shape[-1] // 2
         tab = integ.tableau
-        with torch.no_grad():
-            if tab.stages == 1 and tab.b_q == tab.b_p == (1.0,):
-                K = ((y_next - y) / h).unsqueeze(0)  # y_{n+1} = y_n + h K: midpoint, sympl. Euler
-            else:
-                K = integ.solve_stages(
-                    problem.f, y, h, n_q, problem.separable, guess=y_next, stats=problem.stats,
-                    where=f"at step {n} (recomputed in backward)",
-                )  # fmt: skip
-            Y = integ.stage_states(y, K, h, n_q)
+        Y = _stage_states(problem, y, y_next, f"at step {n}")
         s, B, dim = Y.shape
         a_q, _, a_p, _ = tab.coefficients(y.dtype, y.device)
         g = h * integ.weights(y, n_q) * lam.unsqueeze(0)
@@ -184,3 +168,20 @@ class SymplecticAdjoint(StepwiseAdjoint):
             grads = torch.autograd.grad(F, [Y_, *params], mu.reshape(s * B, dim), allow_unused=True)
         # (∂F/∂y)ᵀ μ = Σ_i Df(Y_i)ᵀ μ_i
         return lam + grads[0].reshape(s, B, dim).sum(0), list(grads[1:])
+
+
+def _stage_states(problem: Problem, y: Tensor, y_next: Tensor, where: str) -> Tensor:
+    """The stage states Y (s, B, n) of the steps y -> y_next (B, n), recomputed without a graph:
+    a one-stage method with b = 1 (implicit midpoint, symplectic Euler) needs no solve,
+    K = (y_next − y)/h; otherwise the stages are solved again, seeded by y_next."""
+    integ, h, n_q = problem.integrator, problem.h, y.shape[-1] // 2
+    tab = integ.tableau
+    with torch.no_grad():
+        if tab.stages == 1 and tab.b_q == tab.b_p == (1.0,):
+            K = ((y_next - y) / h).unsqueeze(0)
+        else:
+            K = integ.solve_stages(
+                problem.f, y, h, n_q, problem.separable, guess=y_next, stats=problem.stats,
+                where=f"{where} (recomputed in backward)",
+            )  # fmt: skip
+        return integ.stage_states(y, K, h, n_q)
