@@ -207,15 +207,16 @@ def test_eq11_momentum_and_the_losses_vanish_on_their_own_schemes():
         qs.append(solve_eq12(V, M, qs[-2], qs[-1], h).q_next)
     windows = torch.stack(qs)
     V.mass_matrix = lambda: M  # the loss reads the model's mass matrix
-    assert float(Eq12Loss(h)(V, windows)) < 1e-20
+    assert float(Eq12Loss(h)(V, windows).detach()) < 1e-20
     p = eq11_momentum(V, M, windows[0], windows[1], h)
     assert torch.allclose(p, velocities("eq12", windows[:2], h, V, M)[1] @ M.T, atol=1e-14)
     lf = [q0, q0 + 0.05]
     for _ in range(6):
         lf.append(explicit_step("leapfrog", V, M, lf[-2], lf[-1], h, False))
     lf = torch.stack(lf).detach()
-    assert float(PositionStepLoss(h, "leapfrog")(V, lf)) < 1e-28
-    assert float(PositionStepLoss(h, "euler")(V, lf)) > 1e-12  # a different recurrence
+    with torch.no_grad():
+        assert float(PositionStepLoss(h, "leapfrog")(V, lf)) < 1e-28
+        assert float(PositionStepLoss(h, "euler")(V, lf)) > 1e-12  # a different recurrence
 
 
 # ---- data, errors, pipeline -----------------------------------------------------------------
@@ -311,7 +312,7 @@ def test_learned_mass_matrix_is_positive_definite_and_trained():
     assert torch.equal(model.mass_matrix(), torch.eye(2, dtype=F64))  # starts at M = I
     with torch.no_grad():
         model.mass_factor.copy_(torch.tensor([[0.5, 9.0], [-2.0, -1.0]]))  # upper part unused
-    M = model.mass_matrix()
+    M = model.mass_matrix().detach()
     assert torch.allclose(M, M.T) and float(torch.linalg.eigvalsh(M).min()) > 0
     windows = torch.randn(5, 3, 2, generator=torch.Generator().manual_seed(6), dtype=F64)
     Eq12Loss(0.1)(model, windows).backward()
