@@ -21,7 +21,7 @@ from hnnsym.errors import UserError
 from hnnsym.evaluation.metrics import grid_errors
 from hnnsym.evaluation.stage import evaluate
 from hnnsym.ode.dynamics import vector_field
-from hnnsym.physics.symbolic import parse
+from hnnsym.physics.symbolic import SymbolicModel, parse
 from hnnsym.physics.systems import custom, get_system, system_from_config
 from hnnsym.training.checkpoints import load_checkpoint
 from hnnsym.training.stage import train
@@ -290,3 +290,40 @@ def test_generate_train_evaluate_on_an_expression(compose_config, tmp_path):
     other = [a.replace("k*q**2/2", "k*q**2/3") for a in run]
     with pytest.raises(UserError, match="holds another custom system: its system.hamiltonian"):
         train(compose_config("train", [*other, "run_dir=" + str(tmp_path / "run2")]))
+
+    # model=symbolic fits k from a wrong start (1.0) towards the data's 2.4
+    fit = [*common, f"run_dir={tmp_path / 'fit'}", "model=symbolic", "model.learn=[k]",
+           "+model.init.k=1.0", "train.epochs=10", "train.batch_size=8", "train.window=4",
+           "train.lr=0.2", "train.progress=false"]  # fmt: skip
+    result = train(compose_config("train", fit))
+    k = float(load_checkpoint(result.best)["model"]["constants.k"])
+    assert abs(k - 2.4) < 0.1, k
+    metrics = evaluate(compose_config("evaluate", [*fit, "eval.figures=false",
+                                                   "eval.grid_points=41"]))  # fmt: skip
+    assert metrics["h_l1"] < 0.1 * expected  # far below the one-epoch network's error
+
+
+def test_symbolic_model_is_the_expression_with_learnable_constants():
+    model = SymbolicModel(1, "p**2/(2*m) + k*q**2/2 + c*q", None, {"k": 2.4, "m": 2.0, "c": 0.1},
+                          learn=["k"], init={"k": 1.5}).double()  # fmt: skip
+    assert [n for n, _ in model.named_parameters()] == ["constants.k"] and model.separable
+    y = states(32, 2, 8)
+    q, p = y[:, 0], y[:, 1]
+    torch.testing.assert_close(model(y), p**2 / 4 + 1.5 * q**2 / 2 + 0.1 * q, rtol=1e-15,
+                               atol=1e-15)  # fmt: skip
+    model(y).sum().backward()  # dH/dk = q²/2
+    torch.testing.assert_close(model.constants["k"].grad, (q**2 / 2).sum(), rtol=1e-14, atol=0)
+    assert not SymbolicModel(1, "p**2/2 + k*q*p", learn=["k"], init={"k": 0.1}).separable
+    for kwargs, message in [
+        ({"learn": []}, "needs model.learn"),
+        ({"learn": ["a"]}, r"'a' needs a start value \(\+model.init.a=..."),
+        ({"learn": ["k"], "init": {"k": 1.0, "m": 3.0}}, r"model.init sets \['m'\]"),
+        ({"learn": ["k"], "coordinates": ["q1", "q2", "p1", "p2"]}, "4 coordinates"),
+        ({"learn": ["k"], "params": {"k": 1.0, "z": 1.0}, "init": {"z": 2.0}},
+         "model.init sets"),
+    ]:  # fmt: skip
+        args = {"params": {"k": 1.0}, **kwargs}
+        with pytest.raises(UserError, match=message):
+            SymbolicModel(1, "p**2/2 + k*q**2/2", **args)
+    with pytest.raises(UserError, match="H does not depend on z"):
+        SymbolicModel(1, "p**2/2 + k*q**2/2", params={"k": 1.0, "z": 1.0}, learn=["k", "z"])

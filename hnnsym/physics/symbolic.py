@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import sympy
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from hnnsym.errors import UserError
 
@@ -294,3 +294,65 @@ class SymbolicHamiltonian:
         """(separable, mass) of H: see ``separable_mass``."""
         d = len(self.symbols) // 2
         return separable_mass(self.expr, self.symbols[:d], self.symbols[d:])
+
+
+class SymbolicModel(nn.Module):
+    """A learned H that is the user's expression with the constants in ``learn`` as parameters
+    (fit to the data like a network's weights; ``model=symbolic model.learn=[k]``): (B, 2d) -> (B,).
+
+    The other constants keep their values in ``params``; a learned one starts from ``init[name]``
+    (default: its value in ``params``). ``separable`` when ∂²H/∂q_i∂p_j ≡ 0 for every value of the
+    learned constants (then leapfrog runs explicitly)."""
+
+    def __init__(
+        self,
+        dim: int,
+        hamiltonian: str,
+        coordinates: Sequence[str] | None = None,
+        params: Mapping[str, float] | None = None,
+        learn: Sequence[str] = (),
+        init: Mapping[str, float] | None = None,
+    ) -> None:
+        super().__init__()
+        coordinates = ["q", "p"] if coordinates is None else [str(c) for c in coordinates]
+        if len(coordinates) != 2 * dim:
+            raise UserError(f"model: {len(coordinates)} coordinates {coordinates} for states of "
+                            f"dim {dim} (2d = {2 * dim} columns)")  # fmt: skip
+        params, init, learn = dict(params or {}), dict(init or {}), [str(k) for k in learn]
+        if not learn:
+            raise UserError("model=symbolic needs model.learn=[<constant>, ...]: the constants "
+                            "of system.hamiltonian to fit")  # fmt: skip
+        starts: dict[str, float] = {}
+        for name in learn:
+            value = init.get(name, params.get(name))
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise UserError(f"model.learn: {name!r} needs a start value (+model.init.{name}=... "
+                                "or system.params)")  # fmt: skip
+            starts[name] = float(value)
+        if unknown := sorted(set(init) - set(learn)):
+            raise UserError(f"model.init sets {unknown}, which are not in model.learn {learn}")
+        fixed = {k: float(v) for k, v in params.items() if k not in starts}
+        expr = parse(hamiltonian, coordinates, [*fixed, *starts], "model.hamiltonian")
+        expr = expr.subs({symbol(k): sympy.Float(v) for k, v in fixed.items()})
+        if missing := [k for k in learn if symbol(k) not in expr.free_symbols]:
+            raise UserError(f"model.learn: H does not depend on {', '.join(missing)}")
+        self.dim, self.names, self.text = dim, learn, hamiltonian
+        self.constants = nn.ParameterDict(
+            {
+                k: nn.Parameter(torch.tensor(v, dtype=torch.get_default_dtype()))
+                for k, v in starts.items()
+            }
+        )
+        symbols = [symbol(c) for c in coordinates]
+        try:
+            self._f = compile_torch(expr, [*symbols, *(symbol(k) for k in learn)])
+        except ValueError as err:
+            raise UserError(f"model.hamiltonian {hamiltonian!r}: {err}") from None
+        self.separable = separable_mass(expr, symbols[:dim], symbols[dim:])[0]
+
+    def forward(self, y: Tensor) -> Tensor:
+        out = self._f([*y.unbind(-1), *(self.constants[k] for k in self.names)])
+        return out + torch.zeros(y.shape[:-1], dtype=y.dtype, device=y.device)
+
+    def extra_repr(self) -> str:
+        return f"H = {self.text}, learned {self.names}"
