@@ -80,6 +80,7 @@ def _tb_f(q, p, gravity, mass):
 ANALYTIC = {
     # name: [(params for get_system, params for the formulas), ...], H, field
     "double_well": ([({}, {})], _dw_h, _dw_f),
+    "custom": ([({}, {})], _dw_h, _dw_f),  # its default expression is the double well
     "coupled_oscillator": (
         [({}, {"alpha": 0.5}), ({"alpha": ALPHA}, {"alpha": ALPHA})],
         _co_h,

@@ -28,7 +28,7 @@ from hnnsym.errors import ConvergenceError, UserError
 from hnnsym.ode.integrators import Integrator, get_integrator
 from hnnsym.ode.problem import SolverStats
 from hnnsym.ode.solve import solve
-from hnnsym.physics.systems import System, get_system
+from hnnsym.physics.systems import System, system_from_config
 
 
 def split_generator(seed: int, split: str, stream: str) -> torch.Generator:
@@ -113,7 +113,7 @@ def check_config(cfg: DictConfig) -> tuple[System, int, str]:
     configure(cfg)  # threads and device, checked before any work
     try:
         get_integrator(g.integrator)
-        system = get_system(cfg.system.name, **cfg.system.params)
+        system = system_from_config(cfg.system)
     except (ValueError, TypeError) as err:
         raise UserError(str(err)) from err
     refuse_overwrite(cfg.data_file, g.overwrite)

@@ -40,7 +40,7 @@ from hnnsym.evaluation.positions import evaluate_positions, position_summary
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.ode.integrators import integrator_from_config
 from hnnsym.physics.models import is_position_model
-from hnnsym.physics.systems import System, get_system
+from hnnsym.physics.systems import System, system_from_config
 from hnnsym.training.checkpoints import load_checkpoint as read_checkpoint
 from hnnsym.training.checkpoints import trained_options
 from hnnsym.training.losses import data_problem
@@ -283,7 +283,7 @@ def evaluate(cfg: DictConfig) -> dict:
             f"{asked}; evaluate with the overrides the run was trained with"
         )
     model = build_model(payload, ckpt_path, device, dtype)
-    system: System = get_system(payload["system"]["name"], **payload["system"].get("params", {}))
+    system: System = system_from_config(payload["system"])
     if system.dim != payload["dim"]:
         raise UserError(
             f"checkpoint {ckpt_path}: dim {payload['dim']}, {system.name} has {system.dim}"

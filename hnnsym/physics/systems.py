@@ -12,12 +12,17 @@ of I: T = |p|²/(2·mass)) and ``potential(q)`` = H(q, 0), for separable systems
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+
+from hnnsym.errors import UserError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -255,6 +260,119 @@ def two_body(
     )  # fmt: skip
 
 
+def _box(domain: Sequence, n: int) -> tuple[tuple[float, float], ...]:
+    """``domain`` as one (low, high) per coordinate: [low, high] (for all n) or n pairs."""
+
+    def number(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    def sequence(x) -> bool:
+        return isinstance(x, Sequence) and not isinstance(x, str)
+
+    given = [list(b) if sequence(b) else b for b in domain] if sequence(domain) else domain
+    pairs = (
+        [given] * n if sequence(given) and len(given) == 2 and all(map(number, given)) else given
+    )
+    if not sequence(pairs) or not all(
+        sequence(b) and len(b) == 2 and all(map(number, b)) for b in pairs
+    ):
+        raise UserError(f"system.domain must be [low, high] or one [low, high] per coordinate, "
+                        f"got {given!r}")  # fmt: skip
+    if len(pairs) != n:
+        raise UserError(f"system.domain has {len(pairs)} intervals, but there are {n} "
+                        "coordinates (system.coordinates); give one [low, high] per coordinate "
+                        "or a single [low, high] for all")  # fmt: skip
+    box = tuple((float(lo), float(hi)) for lo, hi in pairs)
+    if not all(math.isfinite(lo) and math.isfinite(hi) and lo < hi for lo, hi in box):
+        raise UserError(f"system.domain needs finite low < high in every interval, got {given}")
+    return box
+
+
+def _box_points(box: tuple[tuple[float, float], ...], budget: int = 5000) -> Tensor:
+    """States covering the box, for checks: the grid of the largest odd number (>= 3) of points
+    per axis within ``budget`` (centre, faces and corners included); when even 3 per axis exceed
+    it, ``budget`` uniform draws (fixed seed) and the centre. (P, 2d), float64."""
+    n_axes = len(box)
+    per_axis = 3
+    while (per_axis + 2) ** n_axes <= budget:
+        per_axis += 2
+    low = torch.tensor([lo for lo, _ in box], dtype=torch.float64)
+    high = torch.tensor([hi for _, hi in box], dtype=torch.float64)
+    if per_axis**n_axes <= budget:
+        axes = [torch.linspace(lo, hi, per_axis, dtype=torch.float64) for lo, hi in box]
+        for axis, (lo, hi) in zip(axes, box):
+            axis[per_axis // 2] = (lo + hi) / 2  # exactly (where singularities often sit)
+        return torch.cartesian_prod(*axes).reshape(-1, n_axes)
+    u = torch.rand(
+        (budget, n_axes), generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
+    return torch.cat([(low + high)[None] / 2, low + (high - low) * u])
+
+
+def custom(
+    hamiltonian: str = "p**2/2 + q**4/4 - q**2/2",
+    coordinates: Sequence[str] | None = None,
+    params: Mapping[str, float] | None = None,
+    domain: Sequence = (-2.0, 2.0),
+    energy_max: float | None = None,
+) -> System:
+    """H given as an expression (``hnnsym.physics.symbolic``; parsed, never evaluated) in the
+    ``coordinates`` (default [q, p]; the first half positions, the second momenta) and the constants
+    ``params``, on the box ``domain`` ([low, high] for every coordinate, or one per coordinate),
+    below ``energy_max`` when set. ``separable`` and ``mass`` come from sympy (H = T(p) + V(q),
+    T = |p|²/(2m)). Its ``params`` hold all five arguments, so ``custom(**system.params)`` (what
+    ``get_system`` does with a data file's or checkpoint's record) rebuilds the same system.
+
+    UserError (one line) for a bad expression or name, an odd number of coordinates, a domain
+    that does not fit them, or an H that is not finite on the box (checked on a grid over it);
+    a coordinate H does not depend on is logged as a warning."""
+    from hnnsym.physics.symbolic import SymbolicHamiltonian  # sympy takes ~1 s to import
+
+    coordinates = ["q", "p"] if coordinates is None else [str(c) for c in coordinates]
+    if not coordinates or len(coordinates) % 2:
+        raise UserError(f"system.coordinates {coordinates} must be an even number of names: "
+                        "the positions, then their momenta")  # fmt: skip
+    constants: dict[str, float] = {}
+    for key, value in (params or {}).items():
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            raise UserError(f"system.params.{key} must be a finite number, got {value!r}")
+        constants[str(key)] = float(value)
+    box = _box(domain, len(coordinates))
+    if energy_max is not None:
+        if isinstance(energy_max, bool) or not isinstance(energy_max, (int, float)):
+            raise UserError(f"system.energy_max must be a number or null, got {energy_max!r}")
+        energy_max = float(energy_max)
+    H = SymbolicHamiltonian(hamiltonian, coordinates, constants)
+    if H.unused:
+        log.warning("system.hamiltonian %r does not depend on %s", hamiltonian, ", ".join(H.unused))
+    points = _box_points(box)
+    with torch.no_grad():
+        energy = H(points)
+    bad = ~torch.isfinite(energy)
+    if bad.any():
+        at = ", ".join(f"{x:.4g}" for x in points[bad.nonzero()[0, 0]].tolist())
+        raise UserError(f"system.hamiltonian {hamiltonian!r} is not finite at "
+                        f"({', '.join(coordinates)}) = ({at}), inside system.domain; change the "
+                        "domain or H")  # fmt: skip
+    if energy_max is not None and not (energy < energy_max).any():
+        raise UserError(f"no state of system.domain has H < system.energy_max={energy_max} "
+                        f"(H >= {float(energy.min()):.4g} on a grid over it)")  # fmt: skip
+    separable, mass = H.separability()
+    spec = {"hamiltonian": hamiltonian, "coordinates": coordinates, "params": constants,
+            "domain": [list(b) for b in box], "energy_max": energy_max}  # fmt: skip
+    bounds = " x ".join(f"[{lo:g}, {hi:g}]" for lo, hi in box)
+    below = f", H < {energy_max:g}" if energy_max is not None else ""
+    return System(
+        "custom", len(coordinates) // 2, H, box, spec, energy_max,
+        separable=separable, mass=mass,
+        description=f"H = {hamiltonian} in ({', '.join(coordinates)}); {bounds}{below}",
+    )  # fmt: skip
+
+
 SYSTEMS: dict[str, Callable[..., System]] = {
     "double_well": double_well,
     "coupled_oscillator": coupled_oscillator,
@@ -262,6 +380,7 @@ SYSTEMS: dict[str, Callable[..., System]] = {
     "pendulum": pendulum,
     "mass_spring": mass_spring,
     "two_body": two_body,
+    "custom": custom,
 }
 
 
@@ -270,3 +389,17 @@ def get_system(name: str, **params) -> System:
     if name not in SYSTEMS:
         raise ValueError(f"unknown system {name!r}; choose one of {sorted(SYSTEMS)}")
     return SYSTEMS[name](**params)
+
+
+# The keys of a config's custom system node (conf/system/custom.yaml) beside ``name``.
+CUSTOM_KEYS = ("hamiltonian", "coordinates", "params", "domain", "energy_max")
+
+
+def system_from_config(node: Mapping) -> System:
+    """The system of a config's ``system`` node, or of a stored record {"name", "params"} (a data
+    file's ``system``/``system_params``, a checkpoint's ``system``): ``get_system(name, **params)``,
+    except that a config's custom system holds its spec beside ``name`` (system.hamiltonian, ...,
+    system.params being its constants), as in conf/system/custom.yaml."""
+    if node["name"] == "custom" and "hamiltonian" in node:
+        return custom(**{key: node[key] for key in CUSTOM_KEYS if key in node})
+    return get_system(node["name"], **dict(node.get("params") or {}))

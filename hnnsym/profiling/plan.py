@@ -19,7 +19,7 @@ from hnnsym.config.schemas import validated
 from hnnsym.errors import UserError
 from hnnsym.ode.gradients import GRADIENTS, get_gradient
 from hnnsym.ode.integrators import INTEGRATORS, get_integrator
-from hnnsym.physics.systems import System, get_system
+from hnnsym.physics.systems import System, system_from_config
 
 BACKENDS = ("hnnsym", "torchdiffeq")
 SOLVER_KEYS = ("tol", "max_iter", "predictor", "on_fail")
@@ -90,7 +90,7 @@ class Setting:
     grad_tol: float | None = None  # stage/adjoint tolerance of the float64 gradient runs
 
     def build_system(self) -> System:
-        return get_system(self.system["name"], **dict(self.system.get("params") or {}))
+        return system_from_config(self.system)
 
 
 @dataclass
@@ -252,7 +252,7 @@ def from_config(cfg: DictConfig) -> tuple[list[Method], Setting, ProfileOptions,
     model = OmegaConf.to_container(cfg.model, resolve=True)
     system = OmegaConf.to_container(cfg.system, resolve=True)
     try:
-        get_system(system["name"], **dict(system.get("params") or {}))
+        system_from_config(system)
         get_integrator(integ["name"], **solver_options(integ["name"], integ))
         get_integrator(ref["integrator"])
     except (ValueError, TypeError) as err:

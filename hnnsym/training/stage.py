@@ -19,7 +19,7 @@ from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
 from hnnsym.ode.gradients import gradient_from_config
 from hnnsym.ode.integrators import integrator_from_config
-from hnnsym.physics.systems import get_system
+from hnnsym.physics.systems import system_from_config
 from hnnsym.training.checkpoints import load_checkpoint, provenance, resume_from
 from hnnsym.training.losses import LossContext, data_problem
 from hnnsym.training.trainer import (
@@ -52,11 +52,19 @@ def train(cfg: DictConfig) -> TrainResult:
     t = cfg.train
     device, dtype = configure(cfg), resolve_dtype(cfg.dtype)
     try:
-        system = get_system(cfg.system.name, **cfg.system.params)
+        system = system_from_config(cfg.system)
     except (TypeError, ValueError) as err:
         raise UserError(str(err)) from err
     data_file = Path(cfg.data_file)
     data = read_dataset(data_file, system=system.name, dim=system.dim, splits=("train", "val"))
+    stored = data.attrs.get("system_params") or {}
+    if system.name == "custom" and (differ := [k for k, v in system.params.items()
+                                               if stored.get(k) != v]):  # fmt: skip
+        raise UserError(
+            f"{data_file} holds another custom system: its system.{differ[0]} is "
+            f"{stored.get(differ[0])!r}, the config's {system.params[differ[0]]!r}; train with the "
+            "system overrides it was generated with"
+        )
     obs_dt = float(data.attrs["obs_dt"])
     trajectories = torch.as_tensor(
         data.splits["train"].observed[: t.max_train], dtype=dtype, device=device
