@@ -19,7 +19,7 @@ from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
 from hnnsym.ode.gradients import gradient_from_config
 from hnnsym.ode.integrators import integrator_from_config
-from hnnsym.physics.systems import get_system
+from hnnsym.physics.systems import MEASURED, get_system
 from hnnsym.training.checkpoints import load_checkpoint, provenance, resume_from
 from hnnsym.training.losses import LossContext, data_problem
 from hnnsym.training.trainer import (
@@ -51,11 +51,14 @@ def train(cfg: DictConfig) -> TrainResult:
     validated(cfg, "system", "noise", "train")
     t = cfg.train
     device, dtype = configure(cfg), resolve_dtype(cfg.dtype)
+    data_file = Path(cfg.data_file)
+    params = dict(cfg.system.params)
+    if cfg.system.name == MEASURED and "dim" not in params:  # no known H: d is the file's
+        params["dim"] = read_dataset(data_file, system=MEASURED, splits=()).attrs["dim"]
     try:
-        system = get_system(cfg.system.name, **cfg.system.params)
+        system = get_system(cfg.system.name, **params)
     except (TypeError, ValueError) as err:
         raise UserError(str(err)) from err
-    data_file = Path(cfg.data_file)
     data = read_dataset(data_file, system=system.name, dim=system.dim, splits=("train", "val"))
     obs_dt = float(data.attrs["obs_dt"])
     trajectories = torch.as_tensor(
