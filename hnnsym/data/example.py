@@ -35,12 +35,12 @@ def wrap_angle(theta: np.ndarray) -> np.ndarray:
 
 
 def pendulum_recording(
-    trials: int = 10,
-    frames: int = 300,
+    trials: int = 16,
+    frames: int = 250,
     dt: float = 0.05,
-    drop: float = 0.02,
+    drop: float = 0.01,
     noise: float = 0.01,
-    rotating: int = 2,
+    rotating: int = 1,
     mass: float = 0.5,
     length: float = 1.0,
     g: float = 1.0,
@@ -68,8 +68,9 @@ def pendulum_recording(
     for k in range(trials):
         keep = rng.random(frames) >= drop
         t = dt * np.arange(frames)
-        rows.append(pd.DataFrame({"trial": k + 1, "t": np.round(t[keep], 6),
-                                  "theta": wrap_angle(theta[keep, k]), "omega": omega[keep, k]}))  # fmt: skip
+        columns = {"trial": k + 1, "t": np.round(t[keep], 6),
+                   "theta": wrap_angle(theta[keep, k]), "omega": omega[keep, k]}  # fmt: skip
+        rows.append(pd.DataFrame(columns))
     return pd.concat(rows, ignore_index=True)
 
 
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     print(
-        f"wrote {path}: pendulum (m = 0.5, l = 1, g = 1) angles and angular velocities, 10 trials "
+        f"wrote {path}: pendulum (m = 0.5, l = 1, g = 1) angles and angular velocities, 16 trials "
         "with dropped frames; ingest it with ingest.mass=0.5"
     )
 

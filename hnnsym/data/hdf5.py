@@ -98,8 +98,8 @@ def write_dataset(
     """Write ``splits`` and root ``attrs`` to ``path`` atomically (temp file beside it + rename).
 
     Dict values of ``JSON_ATTRS`` are stored as JSON strings; attributes that are None are left
-    out (they read as None), and so is a split's ``clean`` when None (measured data). Refuses to replace an existing file
-    unless ``overwrite``.
+    out (they read as None), and so is a split's ``clean`` when None (measured data). Refuses to
+    replace an existing file unless ``overwrite``.
     """
     path = Path(path)
     refuse_overwrite(path, overwrite)
@@ -336,7 +336,8 @@ def _check_attrs(
                 f"{path} holds system {attrs['system']!r}, which is not a built-in system "
                 f"({', '.join(sorted(SYSTEMS))}): train and evaluate need one (evaluate compares "
                 "with its H); set the file's system attribute to the built-in system the data "
-                "come from, and pass the same system="
+                f"come from, and pass the same system=, or to {MEASURED} for data of no known H "
+                f"(what python -m hnnsym.ingest writes) and pass system={MEASURED}"
             )
         raise DataError(
             f"{path} holds system {attrs['system']!r}, not {system!r}; check the system= and "

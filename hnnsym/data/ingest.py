@@ -62,12 +62,15 @@ def read_table(
     header: str | bool = "auto",
     separator: str = "auto",
     names: Sequence[str] | None = None,
+    labels: Sequence[str] = (),
 ) -> pd.DataFrame:
     """The file's columns as a float64 DataFrame with string column names (rows in file order).
 
     Text: ``header`` auto|true|false (auto: a first line with a non-number field is a header),
     ``separator`` auto|comma|tab|whitespace|semicolon (auto: from the first line). ``names``
     renames the columns in order (for a file without a header; default names "0", "1", ...).
+    ``labels``: columns that may hold text (a trial id such as ``A``): text becomes the codes
+    0, 1, ... in order of first appearance, the texts listed in ``table.attrs["labels"][name]``.
     """
     path = Path(path)
     if not path.is_file():
@@ -88,7 +91,7 @@ def read_table(
             raise UserError(f"ingest.names gives {len(names)} names, {path} has "
                             f"{table.shape[1]} columns")  # fmt: skip
         table.columns = names
-    return _numeric(path, table, first_row)
+    return _numeric(path, table, first_row, [str(n) for n in labels])
 
 
 def _sniff(path: Path) -> str:
@@ -184,10 +187,11 @@ def _read_arrays(path: Path, arrays: dict[str, np.ndarray]) -> pd.DataFrame:
     return pd.DataFrame(_columns_of(path, arrays))
 
 
-def _numeric(path: Path, table: pd.DataFrame, first_row: int) -> pd.DataFrame:
+def _numeric(path: Path, table: pd.DataFrame, first_row: int, labels: list[str]) -> pd.DataFrame:
     """Every column as float64; empty cells NaN; anything else that is not a number is an error
-    naming the first such cell (file line for text files, else the row index)."""
-    out = {}
+    naming the first such cell (file line for text files, else the row index), except in the
+    ``labels`` columns, which are then coded (``read_table``)."""
+    out, coded = {}, {}
     for name in table.columns:
         column = table[name]
         if column.dtype.kind in "biuf":
@@ -196,12 +200,19 @@ def _numeric(path: Path, table: pd.DataFrame, first_row: int) -> pd.DataFrame:
         text = column.astype("string").str.strip()
         values = pd.to_numeric(text, errors="coerce")
         bad = values.isna() & text.notna() & (text != "") & ~text.str.lower().isin(["nan", "na"])
+        if bad.any() and name in labels:
+            codes, uniques = pd.factorize(text.where(text != ""))
+            out[name] = np.where(codes < 0, np.nan, codes).astype(np.float64)
+            coded[name] = [str(u) for u in uniques]
+            continue
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             where = f"line {i + first_row}" if first_row else f"row {i}"
             raise DataError(f"{path}: {where}, column {name!r}: {text.iloc[i]!r} is not a number")
         out[name] = values.to_numpy(dtype=np.float64)
-    return pd.DataFrame(out, index=range(len(table)))
+    frame = pd.DataFrame(out, index=range(len(table)))
+    frame.attrs["labels"] = coded
+    return frame
 
 
 # ---- column mapping ---------------------------------------------------------------------------
@@ -260,8 +271,8 @@ class Mapping:
             raise UserError(f"a column is mapped twice: {self.used()}")
 
     def as_dict(self) -> dict:
-        return {"time": self.time, "trial": self.trial, "positions": self.positions,
-                "momenta": self.momenta, "velocities": self.velocities, "angles": self.angles}  # fmt: skip
+        keys = ("time", "trial", "positions", "momenta", "velocities", "angles")
+        return {key: getattr(self, key) for key in keys}
 
 
 def _names(value: Any) -> list[str] | None:
@@ -306,8 +317,9 @@ class Segment:
     def steps(self) -> int:
         return self.states.shape[0] - 1
 
-    def record(self, trajectories: int) -> dict:
-        return {"trial": self.trial, "rows": [self.first_row, self.last_row], "t0": self.t0,
+    def record(self, trajectories: int, labels: list[str] | None = None) -> dict:
+        trial = self.trial if labels is None or self.trial is None else labels[int(self.trial)]
+        return {"trial": trial, "rows": [self.first_row, self.last_row], "t0": self.t0,
                 "steps": self.steps, "trajectories": trajectories}  # fmt: skip
 
 
@@ -331,7 +343,8 @@ class Options:
 
     def check(self) -> None:
         problems = {
-            "gap_tolerance": self.gap_tolerance > 0, "jitter": 0 <= self.jitter < self.gap_tolerance,
+            "gap_tolerance": self.gap_tolerance > 0,
+            "jitter": 0 <= self.jitter < self.gap_tolerance,
             "irregular": self.irregular in ("refuse", "resample"),
             "wrapped": self.wrapped in ("auto", True, False),
             "min_segment": self.min_segment >= 1,
@@ -405,8 +418,13 @@ def segments_of(table: pd.DataFrame, m: Mapping, o: Options) -> tuple[list[Segme
     else:
         v_all, factor = None, 1.0
     used = table[m.used()].to_numpy()
+    if m.trial is not None:  # rows without a trial id belong to none
+        notes_missing_trial = int(np.isnan(table[m.trial].to_numpy()).sum())
+    else:
+        notes_missing_trial = 0
     notes = {"gaps": 0, "restarts": 0, "dropped_rows": 0, "irregular_steps": 0,
              "unwrapped": set(), "resampled": 0, "short": 0}  # fmt: skip
+    notes["dropped_rows"] += notes_missing_trial
     segments: list[Segment] = []
     for trial, rows in groups:
         finite = np.isfinite(used[rows]).all(1)
@@ -521,6 +539,7 @@ def ingest_table(table: pd.DataFrame, m: Mapping, o: Options, path: Path) -> Ing
     if mass.size not in (1, m.dim):
         raise UserError(f"ingest.mass has {mass.size} values for {m.dim} positions: give one, "
                         "or one per position")  # fmt: skip
+    labels = table.attrs.get("labels", {}).get(m.trial) if m.trial else None
     segments, obs_dt, notes = segments_of(table, m, o)
     segments = _limit(segments, o.max_segment)
     usable = [s for s in segments if s.steps >= o.min_segment]
@@ -541,7 +560,7 @@ def ingest_table(table: pd.DataFrame, m: Mapping, o: Options, path: Path) -> Ing
         parts, records[name] = [], []
         for i in picked[name]:
             pieces = cut(usable[i].states, length)
-            records[name].append(usable[i].record(len(pieces)))
+            records[name].append(usable[i].record(len(pieces), labels))
             parts.append(pieces)
         observed = np.concatenate(parts)
         if observed.shape[0] == 0:
@@ -588,7 +607,7 @@ def ingest(cfg: DictConfig) -> Path:
         raise DataError(f"{out} already exists; pass ingest.overwrite=true to replace it, or "
                         "data_file=<path> to write elsewhere")  # fmt: skip
     mapping = mapping_from_config(i)
-    table = read_table(source, i.header, str(i.separator), _names(i.names))
+    table = read_table(source, i.header, str(i.separator), _names(i.names), _names(i.trial) or [])
     log.info("read %s: %d rows, columns %s", source, len(table), list(table.columns))
     result = ingest_table(table, mapping, options_from_config(i), source)
     n = result.notes

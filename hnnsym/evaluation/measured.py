@@ -12,8 +12,8 @@ errors include the measurement noise):
                      mean relative error there; ``traj_l2_final``, ``rel_err_final``: at the end
     learned_energy_data_drift_{mean,max}  |H_θ(y_t) − H_θ(y_0)| along the observed test
                      trajectories; ``learned_energy_data_drift_rel`` = its mean over the std of H_θ
-                     over all test states (≈ 0: H_θ is conserved along the data, relative to how
-                     much it differs between trajectories; real, damped data drift)
+                     over the training states (≈ 0: H_θ is conserved along the data, relative to
+                     the range of energies the data cover; real, damped data drift)
     energy_drift_pred_{max,mean}  H_θ along its own rollouts (the integrator's conservation)
     h_l1 … vf_rel, energy_drift_true_*, energy_drift_data_max  null: no true H (``notes``)
 
@@ -43,12 +43,16 @@ from hnnsym.training.checkpoints import trained_options
 UNAVAILABLE = ("h_l1", "h_l1_raw", "h_l1_rel", "h_offset", "vf_l1", "vf_rel", "grid_size")
 
 
-def learned_energy_along(model: nn.Module, states: Tensor, chunk: int) -> dict[str, Tensor]:
+def learned_energy_along(
+    model: nn.Module, states: Tensor, chunk: int, reference: Tensor | None = None
+) -> dict[str, Tensor]:
     """H_θ along trajectories (T+1, B, 2d): the energies (T+1, B), their drift |H_θ(y_t) −
-    H_θ(y_0)|, and the drift's mean relative to the std of H_θ over all the states."""
+    H_θ(y_0)|, and the drift's mean relative to the std of H_θ over the ``reference`` states
+    (M, 2d; default: ``states``), i.e. to the range of energies the data cover."""
     e = energies(model, states, chunk)
     drift = (e - e[0]).abs()
-    scale = e.std() if e.numel() > 1 else torch.zeros((), dtype=e.dtype)
+    ref = e if reference is None else energies(model, reference, chunk)
+    scale = ref.std() if ref.numel() > 1 else torch.zeros((), dtype=e.dtype)
     rel = drift.mean() / scale if scale > 0 else torch.tensor(math.nan)
     return {"energy": e, "drift": drift, "rel": rel}
 
@@ -96,7 +100,7 @@ def evaluate_measured(
     ]
     learned = None
     if has_hamiltonian(model):
-        learned = learned_energy_along(model, truth, e.chunk)
+        learned = learned_energy_along(model, truth, e.chunk, train_states)
         metrics |= {
             "learned_energy_data_drift_mean": float(learned["drift"].mean()),
             "learned_energy_data_drift_max": float(learned["drift"].max()),
@@ -171,7 +175,7 @@ def measured_summary(m: dict, out: Path) -> str:
         f"error gmean {f('rel_err_gmean')}, valid time {f('vpt_mean')} (threshold "
         f"{m['vpt_threshold']:g}), failed {100 * m['rollout_failed']:.3g} %\n"
         f"  learned H along the data: drift mean {f('learned_energy_data_drift_mean')} "
-        f"({f('learned_energy_data_drift_rel')} of its spread over the test states)\n"
+        f"({f('learned_energy_data_drift_rel')} of its spread over the training data)\n"
         f"  metrics: {out / 'metrics.json'}\n"
         f"  curves:  {out / 'rollout.csv'}\n"
         f"  figures: {out}/{{{figures}}}.png"
