@@ -426,3 +426,18 @@ def test_the_learned_energy_along_the_data_is_zero_for_a_conserved_h_and_not_for
     damped = traj * torch.exp(-0.01 * torch.arange(101, dtype=torch.float64))[:, None, None]
     lossy = learned_energy_along(system, damped, 1024)
     assert float(lossy["rel"]) > 0.05
+
+
+def test_a_measured_file_names_its_system(tmp_path: Path, compose_config, tiny_dataset) -> None:
+    path = tmp_path / "x.csv"
+    recording(trials=3, frames=20).to_csv(path, index=False)
+    overrides = [f"ingest.source={path}", "ingest.trial=trial", "ingest.positions=[q]",
+                 "ingest.momenta=[p]", "ingest.min_segment=5", f"data_dir={tmp_path}"]  # fmt: skip
+    out = ingest(compose_config("ingest", overrides))
+    with pytest.raises(DataError) as err:  # read as a built-in system: say system=measured
+        read_dataset(out, system="pendulum", dim=1)
+    assert "pass system=measured" in one_line(err)
+    simulated = tiny_dataset(system="pendulum")
+    with pytest.raises(DataError) as err:
+        read_dataset(simulated, system=MEASURED)
+    assert "holds system 'pendulum', not 'measured'" in one_line(err)
