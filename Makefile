@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 
-.PHONY: install test lint format demo bench figure5 table1 figures noise-sweep table-ddlm clean
+.PHONY: install test lint format demo example-data bench figure5 table1 figures noise-sweep table-ddlm clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ demo: install
 	$(PY) -m hnnsym.generate system=henon_heiles experiment=demo
 	$(PY) -m hnnsym.train system=henon_heiles experiment=demo
 	$(PY) -m hnnsym.evaluate system=henon_heiles experiment=demo
+
+# A CSV of pendulum "measurements" (header, trial column, dropped frames, wrapped angles, CRLF):
+# data/examples/pendulum.csv, for python -m hnnsym.ingest (README "Your own measurements").
+example-data: install
+	test -f data/examples/pendulum.csv || $(PY) -m hnnsym.data.example
 
 # Paper Fig. 5 (steps 4..32) extended to 1024: memory/time/gradient error of every gradient method.
 figure5: install

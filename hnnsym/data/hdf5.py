@@ -40,7 +40,7 @@ import numpy as np
 import hnnsym
 from hnnsym.artifacts import atomic_path, now_utc, versions
 from hnnsym.errors import DataError
-from hnnsym.physics.systems import SYSTEMS
+from hnnsym.physics.systems import MEASURED, SYSTEMS
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "val", "test")
@@ -50,7 +50,7 @@ JSON_ATTRS = ("system_params", "versions")
 # The root attributes every data file must have (hand-written ones too), and what they must hold.
 REQUIRED_ATTRS = {
     "schema_version": f"the schema version, {SCHEMA_VERSION}",
-    "system": "the name of a built-in system",
+    "system": "the name of a built-in system, or measured (no known H: python -m hnnsym.ingest)",
     "dim": "an integer d >= 1, the degrees of freedom: states have 2d components",
     "obs_dt": "the time between observations, a number > 0",
 }
@@ -97,8 +97,9 @@ def write_dataset(
 ) -> None:
     """Write ``splits`` and root ``attrs`` to ``path`` atomically (temp file beside it + rename).
 
-    Dict values of ``JSON_ATTRS`` are stored as JSON strings. Refuses to replace an existing file
-    unless ``overwrite``.
+    Dict values of ``JSON_ATTRS`` are stored as JSON strings; attributes that are None are left
+    out (they read as None), and so is a split's ``clean`` when None (measured data). Refuses to
+    replace an existing file unless ``overwrite``.
     """
     path = Path(path)
     refuse_overwrite(path, overwrite)
@@ -126,10 +127,13 @@ def _write_h5(path: Path, splits: dict[str, Split], root: dict, overwrite: bool)
     with atomic_path(path, replace=overwrite) as tmp:
         with h5py.File(tmp, "w") as f:
             for key, value in root.items():
-                f.attrs[key] = _encode_attr(key, value)
+                if value is not None:  # absent reads as None (OPTIONAL_ATTRS)
+                    f.attrs[key] = _encode_attr(key, value)
             for name, split in splits.items():
                 group = f.create_group(name)
                 for key in ("observed", "clean"):
+                    if getattr(split, key) is None:  # measured data have no ground truth
+                        continue
                     data = np.ascontiguousarray(getattr(split, key), dtype=np.float64)
                     group.create_dataset(
                         key, data=data, chunks=(1, *data.shape[1:]), compression="gzip",
@@ -153,15 +157,17 @@ def observed_width(dim: int, observe: str) -> int:
 
 
 def _check_split(name: str, split: Split, dim: int, observe: str = "qp") -> None:
-    obs, clean, t = (np.asarray(getattr(split, k)) for k in ARRAYS)
+    obs, t = np.asarray(split.observed), np.asarray(split.t)
+    clean = None if split.clean is None else np.asarray(split.clean)
     if observe not in OBSERVE:
         raise ValueError(f"observe must be one of {OBSERVE}, got {observe!r}")
     width = observed_width(dim, observe)
     if (
-        obs.ndim != 3 or clean.shape != (*obs.shape[:2], 2 * dim) or obs.shape[-1] != width
+        obs.ndim != 3 or obs.shape[-1] != width
+        or (clean is not None and clean.shape != (*obs.shape[:2], 2 * dim))
     ):  # fmt: skip
         raise ValueError(
-            f"split {name}: observed {obs.shape} and clean {clean.shape} must be "
+            f"split {name}: observed {obs.shape} and clean {getattr(clean, 'shape', None)} must be "
             f"(N, T+1, {width}) and (N, T+1, {2 * dim})"
         )
     if t.shape != (obs.shape[1],):
@@ -193,6 +199,8 @@ def generate_command(path: str | os.PathLike, system: str | None = None) -> str:
     """The ``python -m hnnsym.generate`` command that writes ``path`` under the default layout
     ``<data_dir>/<system>/<noise>/seed<k>.h5`` (placeholders where the path does not say)."""
     path = Path(path)
+    if system == MEASURED:  # a file of measurements is written by ingest
+        return f"python -m hnnsym.ingest ingest.source=<your file> ... data_file={path}"
     match = re.fullmatch(r"seed(-?\d+)(_q)?\.h5", path.name)
     parts = path.parts
     if match and len(parts) >= 3:
@@ -318,12 +326,18 @@ def _check_attrs(
                 f"{attrs[key]!r}; " + fix("correct it")
             )
     if system is not None and attrs["system"] != system:
+        if attrs["system"] == MEASURED:
+            raise DataError(
+                f"{path} holds measurements (system {MEASURED!r}: no known H, written by "
+                f"python -m hnnsym.ingest); pass system={MEASURED}"
+            )
         if attrs["system"] not in SYSTEMS:
             raise DataError(
                 f"{path} holds system {attrs['system']!r}, which is not a built-in system "
                 f"({', '.join(sorted(SYSTEMS))}): train and evaluate need one (evaluate compares "
                 "with its H); set the file's system attribute to the built-in system the data "
-                "come from, and pass the same system="
+                f"come from, and pass the same system=, or to {MEASURED} for data of no known H "
+                f"(what python -m hnnsym.ingest writes) and pass system={MEASURED}"
             )
         raise DataError(
             f"{path} holds system {attrs['system']!r}, not {system!r}; check the system= and "

@@ -273,7 +273,7 @@ def rollout_metrics(
     result: RolloutResult,
     truth: Tensor,
     t: Tensor,
-    H_true: Hamiltonian,
+    H_true: Hamiltonian | None,
     H_pred: Hamiltonian,
     threshold: float = 0.1,
     chunk: int = 65536,
@@ -284,7 +284,8 @@ def rollout_metrics(
     (``energy_drift_true``), H_pred along its own path (``energy_drift_pred``: how well the
     integrator conserves the learned H; NaN for a model without H) and the true H along the clean
     data (``energy_drift_data``: the ground truth's accuracy). Errors and drifts are averaged over the
-    states before each trajectory's failure; the relative error counts 1 after it.
+    states before each trajectory's failure; the relative error counts 1 after it. With
+    ``H_true`` None (measurements: no true H) the true-H energies and drifts are NaN.
     """
     pred = result.states
     if pred.shape != truth.shape or t.shape != truth.shape[:1]:
@@ -311,13 +312,14 @@ def rollout_metrics(
     sq = ((pred - truth) ** 2).mean(-1)  # (T+1, B)
     l2 = (pred - truth).norm(dim=-1)
     rel = relative_error(pred, truth).where(valid, 1.0)
-    e_true = energies(H_true, pred, chunk)
+    nan = torch.full(pred.shape[:2], math.nan, dtype=pred.dtype, device=pred.device)
+    e_true = nan if H_true is None else energies(H_true, pred, chunk)
     e_pred = (
         energies(H_pred, pred, chunk)
         if has_hamiltonian(H_pred)
         else torch.full_like(e_true, math.nan)
     )
-    e_data = energies(H_true, truth, chunk)
+    e_data = nan if H_true is None else energies(H_true, truth, chunk)
     drift_true = (e_true - e_true[0]).abs()
     drift_pred = (e_pred - e_pred[0]).abs()
     drift_data = (e_data - e_data[0]).abs()

@@ -243,3 +243,87 @@ def plot_training_data(
     ax.set_ylabel(names[j])
     ax.set_title(f"training data ({states.shape[0]} states)", fontsize=10)
     save_figure(fig, path)
+
+
+def plot_learned_landscape(
+    H_pred,
+    data: Tensor | np.ndarray,
+    observed: Tensor | np.ndarray,
+    predicted: Tensor | np.ndarray,
+    path: str | os.PathLike,
+    points: int = 101,
+    chunk: int = 65536,
+    max_points: int = 20000,
+    generator: torch.Generator | None = None,
+) -> None:
+    """The learned energy H_θ where there is no true H (measurements): H_θ on the 2-D slice
+    ``slice_axes`` over the range of ``data`` (M, 2d: states, e.g. the training split) plus a 5 %
+    margin, the other coordinates at the data's median, with the data scattered on it and a few
+    test trajectories (T+1, B, 2d), observed (solid) and rolled out by H_θ (dashed)."""
+    data = torch.as_tensor(_numpy(data), dtype=torch.float64)
+    dim = data.shape[-1] // 2
+    i, j = slice_axes(dim)
+    low, high = data.amin(0), data.amax(0)
+    pad = 0.05 * (high - low).clamp_min(1e-12)
+    xs = torch.linspace(
+        float(low[i] - pad[i]), float(high[i] + pad[i]), points, dtype=torch.float64
+    )
+    ys = torch.linspace(
+        float(low[j] - pad[j]), float(high[j] + pad[j]), points, dtype=torch.float64
+    )
+    grid = data.median(0).values.repeat(points, points, 1)
+    grid[..., i], grid[..., j] = xs[None, :], ys[:, None]
+    param = next(iter(H_pred.parameters()), None) if hasattr(H_pred, "parameters") else None
+    like = {"device": param.device, "dtype": param.dtype} if param is not None else {}
+    h = _numpy(energies(H_pred, grid.reshape(-1, 2 * dim).to(**like), chunk)).reshape(
+        points, points
+    )
+    if data.shape[0] > max_points:
+        data = data[torch.randperm(data.shape[0], generator=generator)[:max_points]]
+    obs, pred = _numpy(observed), _numpy(predicted)
+    names = coordinate_names(dim)
+    fig = Figure(figsize=(6.4, 5.0), layout="constrained")
+    ax = fig.subplots()
+    extent = [float(xs[0]), float(xs[-1]), float(ys[0]), float(ys[-1])]
+    im = ax.imshow(h, origin="lower", extent=extent, aspect="auto", cmap="viridis")
+    ax.contour(h, levels=16, colors="white", linewidths=0.4, origin="lower", extent=extent)
+    fig.colorbar(im, ax=ax, label="$H_\\theta$")
+    ax.scatter(data[:, i].numpy(), data[:, j].numpy(), s=1.5, c="k", alpha=0.35, linewidths=0,
+               label=f"data ({data.shape[0]} states)")  # fmt: skip
+    for b in range(obs.shape[1]):
+        color = f"C{(b + 1) % 10}"
+        ax.plot(obs[:, b, i], obs[:, b, j], color=color, **TRUE_STYLE)
+        ax.plot(pred[:, b, i], pred[:, b, j], color=color, **PRED_STYLE)
+    ax.plot([], [], color="C1", label="test: observed", **TRUE_STYLE)
+    ax.plot([], [], color="C1", label="test: learned rollout", **PRED_STYLE)
+    ax.legend(loc="upper right", fontsize=7)
+    ax.set_xlim(extent[:2])
+    ax.set_ylim(extent[2:])
+    ax.set_xlabel(names[i])
+    ax.set_ylabel(names[j])
+    where = "" if dim == 1 else " (other coordinates at the data's median)"
+    ax.set_title(f"learned energy $H_\\theta$ and the data{where}", fontsize=10)
+    save_figure(fig, path)
+
+
+def plot_learned_energy(
+    t: Tensor | np.ndarray,
+    energy_data: Tensor | np.ndarray,
+    energy_pred: Tensor | np.ndarray,
+    path: str | os.PathLike,
+) -> None:
+    """The learned H_θ (T+1, B) along the observed test trajectories (dashed) and along its own
+    rollouts from their first states (solid), where no true H is known."""
+    t, e_d, e_p = _numpy(t), _numpy(energy_data), _numpy(energy_pred)
+    fig = Figure(figsize=(6.4, 3.8), layout="constrained")
+    ax = fig.subplots()
+    for b in range(e_d.shape[1]):
+        color = f"C{b % 10}"
+        ax.plot(t, e_p[:, b], color=color, **TRUE_STYLE)
+        ax.plot(t, e_d[:, b], color=color, **PRED_STYLE)
+    ax.plot([], [], color="k", label="$H_\\theta$ along its rollout", **TRUE_STYLE)
+    ax.plot([], [], color="k", label="$H_\\theta$ along the data", **PRED_STYLE)
+    ax.legend(loc="best", fontsize=8)
+    ax.set_xlabel("$t$")
+    ax.set_title("learned energy (no true H: measurements)", fontsize=10)
+    save_figure(fig, path)

@@ -28,6 +28,7 @@ from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import Dataset, made_by_generate, read_dataset
 from hnnsym.errors import UserError
 from hnnsym.evaluation import plots
+from hnnsym.evaluation.measured import evaluate_measured, measured_summary
 from hnnsym.evaluation.metrics import (
     RolloutMetrics,
     RolloutResult,
@@ -40,7 +41,7 @@ from hnnsym.evaluation.positions import evaluate_positions, position_summary
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.ode.integrators import integrator_from_config
 from hnnsym.physics.models import is_position_model
-from hnnsym.physics.systems import System, system_from_config
+from hnnsym.physics.systems import MEASURED, System, system_from_config
 from hnnsym.training.checkpoints import load_checkpoint as read_checkpoint
 from hnnsym.training.checkpoints import trained_options
 from hnnsym.training.losses import data_problem
@@ -331,6 +332,12 @@ def evaluate(cfg: DictConfig) -> dict:
 
     if is_position_model(model):  # learned from positions only (seed 002): Eq. 12 / recurrences
         core, curves, figures = evaluate_positions(cfg, out, system, model, truth, t, obs_dt)
+    elif not system.known:  # measurements (hnnsym.ingest): no true H to compare with
+        train = data.splits.get("train")
+        train_states = None if train is None else torch.as_tensor(
+            train.observed.reshape(-1, train.observed.shape[-1])).to(device, dtype)  # fmt: skip
+        core, curves, figures = evaluate_measured(cfg, out, system, model, truth, t, obs_dt, steps,
+                                                  substeps, train_states, payload)  # fmt: skip
     else:
         core, curves, figures = hamiltonian_metrics(
             cfg, out, system, model, truth, t, obs_dt, steps, substeps, data, payload, reference
@@ -377,6 +384,8 @@ def summary(m: dict, out: Path | None = None) -> str:
     out = Path(m["files"].get("dir") or out)
     if m.get("prediction"):  # learned from positions only: hnnsym.evaluation.positions
         return position_summary(m, out)
+    if m.get("system", {}).get("name") == MEASURED:  # no true H: hnnsym.evaluation.measured
+        return measured_summary(m, out)
 
     def f(key: str) -> str:
         return "n/a" if m[key] is None else f"{m[key]:.4g}"

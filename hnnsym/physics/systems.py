@@ -40,6 +40,7 @@ class System:
     mass: float | None = None  # T = |p|^2 / (2 mass): the Lagrangian's mass matrix is mass * I
     radius: tuple[float, float] | None = None  # sample on this annulus of (q, p) (d = 1)
     sampler: Callable[[int, torch.Generator, torch.dtype], Tensor] | None = None  # own draws
+    known: bool = True  # False: measured data, no true H (``measured``)
 
     def __call__(self, y: Tensor) -> Tensor:
         """H(y): (B, 2d) -> (B,)."""
@@ -384,10 +385,34 @@ SYSTEMS: dict[str, Callable[..., System]] = {
 }
 
 
+# The system of a file of measurements (``python -m hnnsym.ingest``): no true H is known.
+MEASURED = "measured"
+
+
+def measured(dim: int) -> System:
+    """Data with no known Hamiltonian, d = ``dim`` degrees of freedom (taken from the data file).
+    ``known`` is False: there is no H to call, no domain, grid or sampler; evaluation measures
+    what the data allow (``hnnsym.evaluation.measured``)."""
+    if int(dim) != dim or dim < 1:
+        raise ValueError(f"system measured: dim must be an integer >= 1, got {dim}")
+
+    def H(y: Tensor) -> Tensor:
+        raise ValueError("system measured has no known Hamiltonian")
+
+    dim = int(dim)
+    return System(
+        MEASURED, dim, H, ((-math.inf, math.inf),) * (2 * dim), {"dim": dim}, known=False,
+        description="measurements (python -m hnnsym.ingest): H unknown",
+    )  # fmt: skip
+
+
 def get_system(name: str, **params) -> System:
-    """Build a system by name with keyword parameters (e.g. ``alpha`` for the coupled oscillator)."""
+    """Build a system by name with keyword parameters (e.g. ``alpha`` for the coupled oscillator);
+    ``measured`` (``dim=d``) is data of no known H."""
+    if name == MEASURED:
+        return measured(**params)
     if name not in SYSTEMS:
-        raise ValueError(f"unknown system {name!r}; choose one of {sorted(SYSTEMS)}")
+        raise ValueError(f"unknown system {name!r}; choose one of {sorted(SYSTEMS)} or {MEASURED}")
     return SYSTEMS[name](**params)
 
 

@@ -19,7 +19,7 @@ from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
 from hnnsym.ode.gradients import gradient_from_config
 from hnnsym.ode.integrators import integrator_from_config
-from hnnsym.physics.systems import system_from_config
+from hnnsym.physics.systems import MEASURED, system_from_config
 from hnnsym.training.checkpoints import load_checkpoint, provenance, resume_from
 from hnnsym.training.losses import LossContext, data_problem
 from hnnsym.training.trainer import (
@@ -51,11 +51,14 @@ def train(cfg: DictConfig) -> TrainResult:
     validated(cfg, "system", "noise", "train")
     t = cfg.train
     device, dtype = configure(cfg), resolve_dtype(cfg.dtype)
+    data_file = Path(cfg.data_file)
+    node = OmegaConf.to_container(cfg.system, resolve=True)
+    if node["name"] == MEASURED and "dim" not in (node.get("params") or {}):  # d is the file's
+        node["params"] = {"dim": read_dataset(data_file, system=MEASURED, splits=()).attrs["dim"]}
     try:
-        system = system_from_config(cfg.system)
+        system = system_from_config(node)
     except (TypeError, ValueError) as err:
         raise UserError(str(err)) from err
-    data_file = Path(cfg.data_file)
     data = read_dataset(data_file, system=system.name, dim=system.dim, splits=("train", "val"))
     stored = data.attrs.get("system_params") or {}
     if system.name == "custom" and (differ := [k for k, v in system.params.items()
