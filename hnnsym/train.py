@@ -1,5 +1,7 @@
 """python -m hnnsym.train — learn H_θ from the data file that ``generate`` wrote for these overrides."""
 
+import shlex
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
@@ -21,7 +23,7 @@ def main(cfg: DictConfig) -> None:
         f"({s.time_to_best:.1f}s of {s.elapsed:.1f}s)\n"
         f"  checkpoints: {result.best}, {result.last}\n"
         f"  metrics:     {result.run_dir / 'metrics.csv'}\n"
-        f"next: python -m hnnsym.evaluate {' '.join(overrides)}"
+        f"next: python -m hnnsym.evaluate {shlex.join(overrides)}"
     )
 
 

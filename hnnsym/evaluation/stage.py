@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,7 @@ def train_command() -> str:
     overrides = [
         o for o in HydraConfig.get().overrides.task if not o.lstrip("+~").startswith("eval.")
     ]
-    return " ".join(["python -m hnnsym.train", *overrides])
+    return "python -m hnnsym.train " + shlex.join(overrides)
 
 
 def load_checkpoint(run_dir: Path, which: str) -> tuple[Path, dict]:
