@@ -30,7 +30,7 @@ from hnnsym.ode.dynamics import dissipative_field, hamiltonian_gradient
 
 @dataclass(frozen=True)
 class System:
-    """A conservative system with a known Hamiltonian."""
+    """A system with a known Hamiltonian: conservative, or damped when ``vector_field`` is set."""
 
     name: str
     dim: int
