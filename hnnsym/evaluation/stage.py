@@ -33,6 +33,7 @@ from hnnsym.evaluation.measured import evaluate_measured, measured_summary
 from hnnsym.evaluation.metrics import (
     RolloutMetrics,
     RolloutResult,
+    damping_metrics,
     default_grid_points,
     grid_errors,
     rollout,
@@ -41,6 +42,7 @@ from hnnsym.evaluation.metrics import (
 from hnnsym.evaluation.positions import evaluate_positions, position_summary
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.ode.integrators import integrator_from_config
+from hnnsym.physics.dissipative import is_dissipative_model
 from hnnsym.physics.models import is_position_model
 from hnnsym.physics.systems import MEASURED, System, system_from_config
 from hnnsym.training.checkpoints import load_checkpoint as read_checkpoint
@@ -343,6 +345,12 @@ def evaluate(cfg: DictConfig) -> dict:
         core, curves, figures = hamiltonian_metrics(
             cfg, out, system, model, truth, t, obs_dt, steps, substeps, data, payload, reference
         )
+        # the learned damping rate beside the true one (generate's files omit damping 0)
+        true_rate = (data.attrs.get("system_params") or {}).get("damping")
+        if true_rate is None and made_by_generate(data.attrs):
+            true_rate = 0.0
+        if is_dissipative_model(model) or true_rate:
+            core |= damping_metrics(model, truth, true_rate, e.chunk)
     write_text(out / "rollout.csv", curves.to_csv(index=False))
     metrics = {
         **core,
@@ -402,7 +410,13 @@ def summary(m: dict, out: Path | None = None) -> str:
         f"mse {f('traj_mse')}, rel. error gmean {f('rel_err_gmean')}, valid time "
         f"{f('vpt_mean')} (threshold {m['vpt_threshold']:g}), true-energy drift max "
         f"{f('energy_drift_true_max')}, failed {100 * m['rollout_failed']:.3g} %\n"
-        f"  metrics: {out / 'metrics.json'}\n"
+        + (
+            f"  damping: learned {f('damping_learned')}, true {f('damping_true')} (rel. error "
+            f"{f('damping_rel_err')}; eigenvalues of R_pp {m['damping_eigenvalues']})\n"
+            if "damping_true" in m
+            else ""
+        )
+        + f"  metrics: {out / 'metrics.json'}\n"
         f"  curves:  {out / 'rollout.csv'}\n"
         f"  figures: {out}/{{{figures}}}.png"
         + "".join(f"\n  note: {note}" for note in m.get("notes", []))

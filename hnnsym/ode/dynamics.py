@@ -4,6 +4,13 @@ A model without a Hamiltonian (``hnnsym.physics.models.NODE``) defines ``vector_
 ``has_hamiltonian = False``; ``vector_field`` below then calls it, so every integrator and
 gradient method runs it unchanged. A model with ``energy_gradient(y)`` (∇H in closed form, or None)
 is asked for ∇H instead of autograd.
+
+A dissipative system or model (a damped ``hnnsym.physics.systems.System``,
+``hnnsym.physics.dissipative.DissipativeHNN``) has an energy H and its own field
+f = (J⁻¹ − R)∇H with R positive semi-definite (``dissipative_field``), so dH/dt = −∇Hᵀ R ∇H ≤ 0.
+Its flow is not Hamiltonian (``hamiltonian_flow`` is False): integrators that step the split
+Hamiltonian flow itself (tao, reversible_leapfrog) refuse it, and nothing takes the explicit
+separable path for it.
 """
 
 from __future__ import annotations
@@ -27,6 +34,39 @@ def has_hamiltonian(model: object) -> bool:
     return bool(getattr(model, "has_hamiltonian", True))
 
 
+def hamiltonian_flow(model: object) -> bool:
+    """Whether ``model``'s dynamics are f = J⁻¹∇H: it has an energy and no field of its own
+    (False for NODE and for a dissipative system or model)."""
+    return has_hamiltonian(model) and not callable(getattr(model, "vector_field", None))
+
+
+def dissipative_field(grad: Tensor, R: Tensor) -> Tensor:
+    """(J⁻¹ − R) g for g = ∇H (..., 2d) and a damping matrix R, symmetric positive semi-definite:
+    [∂H/∂p, −∂H/∂q] − R ∇H. R is (2d, 2d), per state (..., 2d, 2d), or its diagonal (2d,)."""
+    if R.dim() == 1:
+        return symplectic_gradient(grad) - R * grad
+    return symplectic_gradient(grad) - (R @ grad.unsqueeze(-1)).squeeze(-1)
+
+
+def hamiltonian_gradient(H: Hamiltonian, y: Tensor, create_graph: bool | None = None) -> Tensor:
+    """∇H(y) (..., 2d): H's closed form ``H.energy_gradient(y)`` when it gives one, else autograd
+    (differentiable with ``create_graph``, default: whether grad mode is on)."""
+    if create_graph is None:
+        create_graph = torch.is_grad_enabled()
+    closed = getattr(H, "energy_gradient", None)
+    if callable(closed):  # ∇H in closed form (hnnsym.physics.models): no autograd.grad call
+        with torch.set_grad_enabled(create_graph):
+            grad = closed(y)
+        if grad is not None:
+            return grad
+    with torch.enable_grad():
+        if not y.requires_grad:
+            y = y.detach().requires_grad_(True)
+        energy = H(y).sum()
+        (grad,) = torch.autograd.grad(energy, y, create_graph=create_graph)
+    return grad
+
+
 def vector_field(H: Hamiltonian, y: Tensor, create_graph: bool | None = None) -> Tensor:
     """f(y) = J^-1 ∇H(y), y: (..., 2d) -> (..., 2d); H's own ``H.vector_field(y)`` if it has one.
 
@@ -40,15 +80,4 @@ def vector_field(H: Hamiltonian, y: Tensor, create_graph: bool | None = None) ->
     if callable(own):
         with torch.set_grad_enabled(create_graph):
             return own(y)
-    closed = getattr(H, "energy_gradient", None)
-    if callable(closed):  # ∇H in closed form (hnnsym.physics.models): no autograd.grad call
-        with torch.set_grad_enabled(create_graph):
-            grad = closed(y)
-        if grad is not None:
-            return symplectic_gradient(grad)
-    with torch.enable_grad():
-        if not y.requires_grad:
-            y = y.detach().requires_grad_(True)
-        energy = H(y).sum()
-        (grad,) = torch.autograd.grad(energy, y, create_graph=create_graph)
-    return symplectic_gradient(grad)
+    return symplectic_gradient(hamiltonian_gradient(H, y, create_graph))

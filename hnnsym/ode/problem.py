@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from hnnsym.ode.dynamics import vector_field
+from hnnsym.ode.dynamics import hamiltonian_flow, vector_field
 
 
 @dataclass
@@ -67,7 +67,9 @@ class Problem:
 
     @property
     def separable(self) -> bool:
-        return bool(getattr(self.H, "separable", False))
+        """Whether f splits as q' = f_q(p), p' = f_p(q) (the explicit evaluation order): a separable
+        H whose flow is J⁻¹∇H; a damped separable H is not (p' depends on p)."""
+        return bool(getattr(self.H, "separable", False)) and hamiltonian_flow(self.H)
 
     def params(self) -> list[Tensor]:
         """H's trainable parameters (empty for an analytic H)."""

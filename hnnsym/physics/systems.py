@@ -8,6 +8,12 @@ same box (with the same energy filter), as in seed 000. A system with ``radius``
 uniform (the samplers of DGNet's mass–spring and pendulum, seed 002); its box is then
 [−r_max, r_max]². For learning from positions, ``mass`` is the system's mass matrix (a multiple
 of I: T = |p|²/(2·mass)) and ``potential(q)`` = H(q, 0), for separable systems.
+
+Damping (``damping`` = γ ≥ 0 of pendulum, mass_spring, double_well): ż = (J⁻¹ − R)∇H with
+R = γ·diag(0_d, I_d), i.e. q̇ = ∂H/∂p, ṗ = −∂H/∂q − γ ∂H/∂p (for the pendulum with m l² = 1,
+q̈ = −(g/l) sin q − γ q̇), so dH/dt = −γ|∂H/∂p|² ≤ 0. Such a system carries that field as
+``vector_field`` (``hnnsym.ode.dynamics.vector_field`` uses it); γ = 0 leaves it None and the system
+exactly as before (params without ``damping``).
 """
 
 from __future__ import annotations
@@ -21,13 +27,14 @@ import torch
 from torch import Tensor
 
 from hnnsym.errors import UserError
+from hnnsym.ode.dynamics import dissipative_field, hamiltonian_gradient
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class System:
-    """A conservative system with a known Hamiltonian."""
+    """A system with a known Hamiltonian: conservative, or damped when ``vector_field`` is set."""
 
     name: str
     dim: int
@@ -41,6 +48,7 @@ class System:
     radius: tuple[float, float] | None = None  # sample on this annulus of (q, p) (d = 1)
     sampler: Callable[[int, torch.Generator, torch.dtype], Tensor] | None = None  # own draws
     known: bool = True  # False: measured data, no true H (``measured``)
+    vector_field: Callable[[Tensor], Tensor] | None = None  # (J⁻¹ − R)∇H when damped, else None
 
     def __call__(self, y: Tensor) -> Tensor:
         """H(y): (B, 2d) -> (B,)."""
@@ -112,19 +120,38 @@ class System:
         return y
 
 
+def _damped(H: Callable[[Tensor], Tensor], damping: float) -> Callable[[Tensor], Tensor] | None:
+    """ż = (J⁻¹ − R)∇H with R = damping·diag(0_d, I_d) (ṗ gains −damping·∂H/∂p); None for 0."""
+    if not (math.isfinite(damping) and damping >= 0):
+        raise ValueError(f"damping must be finite and >= 0, got {damping}")
+    if damping == 0:
+        return None
+
+    def field(y: Tensor) -> Tensor:
+        d = y.shape[-1] // 2
+        R = torch.tensor([0.0] * d + [damping] * d, dtype=y.dtype, device=y.device)  # diagonal
+        return dissipative_field(hamiltonian_gradient(H, y), R)
+
+    return field
+
+
+def _with_damping(params: dict, damping: float) -> dict:
+    return {**params, "damping": float(damping)} if damping else params
+
+
 def _split(y: Tensor) -> tuple[Tensor, Tensor]:
     d = y.shape[-1] // 2
     return y[..., :d], y[..., d:]
 
 
-def double_well() -> System:
+def double_well(damping: float = 0.0) -> System:
     def H(y: Tensor) -> Tensor:
         q, p = _split(y)
         return (0.5 * p**2 + 0.25 * q**4 - 0.5 * q**2).sum(-1)
 
     return System(
-        "double_well", 1, H, ((-2.0, 2.0), (-2.0, 2.0)), {},
-        separable=True, mass=1.0,
+        "double_well", 1, H, ((-2.0, 2.0), (-2.0, 2.0)), _with_damping({}, damping),
+        separable=True, mass=1.0, vector_field=_damped(H, damping),
         description="H = p^2/2 + q^4/4 - q^2/2; (q, p) in [-2, 2]^2",
     )  # fmt: skip
 
@@ -188,6 +215,7 @@ def pendulum(
     mass: float = 1.0,
     r_min: float | None = None,
     r_max: float | None = None,
+    damping: float = 0.0,
 ) -> System:
     def H(y: Tensor) -> Tensor:
         q, p = _split(y)
@@ -198,14 +226,18 @@ def pendulum(
     where = (f"{radius[0]} <= |(q, p)| <= {radius[1]}" if radius
              else "q in [-pi/2, pi/2], p in [-1.5, 1.5]")  # fmt: skip
     return System(
-        "pendulum", 1, H, box, params,
-        separable=True, mass=mass * length**2, radius=radius,
+        "pendulum", 1, H, box, _with_damping(params, damping),
+        separable=True, mass=mass * length**2, radius=radius, vector_field=_damped(H, damping),
         description=f"H = p^2/(2 m l^2) + m g l (1 - cos q); {where}",
     )  # fmt: skip
 
 
 def mass_spring(
-    mass: float = 1.0, k: float = 1.0, r_min: float | None = None, r_max: float | None = None
+    mass: float = 1.0,
+    k: float = 1.0,
+    r_min: float | None = None,
+    r_max: float | None = None,
+    damping: float = 0.0,
 ) -> System:
     def H(y: Tensor) -> Tensor:
         q, p = _split(y)
@@ -215,8 +247,8 @@ def mass_spring(
                                    ((-1.0, 1.0), (-1.0, 1.0)))  # fmt: skip
     where = f"{radius[0]} <= |(q, p)| <= {radius[1]}" if radius else "(q, p) in [-1, 1]^2"
     return System(
-        "mass_spring", 1, H, box, params,
-        separable=True, mass=mass, radius=radius,
+        "mass_spring", 1, H, box, _with_damping(params, damping),
+        separable=True, mass=mass, radius=radius, vector_field=_damped(H, damping),
         description=f"H = p^2/(2m) + k q^2/2; {where}",
     )  # fmt: skip
 

@@ -45,6 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from hnnsym.errors import FixedPointOverflowError, IncompatibleError
+from hnnsym.ode.dynamics import hamiltonian_flow
 from hnnsym.ode.problem import Problem
 
 INT64_MAX = 2**63 - 1
@@ -94,7 +95,13 @@ class Separable(nn.Module):
 
 def as_separable(H: Callable[[Tensor], Tensor], who: str = "integrator=reversible_leapfrog"):
     """H itself when it has ``kinetic``/``potential``, else ``Separable(H)``; raises
-    ``IncompatibleError`` unless H declares ``separable = True``."""
+    ``IncompatibleError`` unless H declares ``separable = True`` and its flow is J⁻¹∇H."""
+    if not hamiltonian_flow(H):
+        raise IncompatibleError(
+            f"{who} steps the forces T'(p), V'(q) of a Hamiltonian flow, but "
+            f"{getattr(H, 'name', type(H).__name__)} has a vector field of its own (dissipative or "
+            f"without H); use integrator=implicit_midpoint, gauss_legendre4 or rk4"
+        )
     if not getattr(H, "separable", False):
         name = getattr(H, "name", type(H).__name__)
         raise IncompatibleError(

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from hnnsym.errors import IncompatibleError
-from hnnsym.ode.dynamics import has_hamiltonian
+from hnnsym.ode.dynamics import hamiltonian_flow, has_hamiltonian
 from hnnsym.ode.problem import Problem
 
 
@@ -92,4 +92,10 @@ class TaoSplitting:
                 f"integrator=tao splits a Hamiltonian into H(q, y) + H(x, p), but "
                 f"{type(problem.H).__name__} defines a vector field without one; use another "
                 f"integrator (e.g. rk4)"
+            )
+        if not hamiltonian_flow(problem.H):
+            name = getattr(problem.H, "name", type(problem.H).__name__)
+            raise IncompatibleError(
+                f"integrator=tao splits the Hamiltonian flow of H(q, y) + H(x, p), but {name} is "
+                f"dissipative (f = (J⁻¹ − R)∇H); use implicit_midpoint, gauss_legendre4 or rk4"
             )
