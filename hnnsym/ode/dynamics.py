@@ -40,15 +40,25 @@ def vector_field(H: Hamiltonian, y: Tensor, create_graph: bool | None = None) ->
     if callable(own):
         with torch.set_grad_enabled(create_graph):
             return own(y)
+    return symplectic_gradient(hamiltonian_gradient(H, y, create_graph))
+
+
+def hamiltonian_gradient(H: Hamiltonian, y: Tensor, create_graph: bool | None = None) -> Tensor:
+    """∇H(y) = [∂H/∂q, ∂H/∂p], y: (..., 2d) -> (..., 2d): H's closed-form ``energy_gradient`` if
+    it has one (and it returns a tensor), else autograd of H. Never H's own ``vector_field`` (a
+    constrained integrator needs the unconstrained gradient). ``create_graph`` as in
+    ``vector_field``; y may be a non-leaf tensor, the result is then differentiable through it."""
+    if create_graph is None:
+        create_graph = torch.is_grad_enabled()
     closed = getattr(H, "energy_gradient", None)
     if callable(closed):  # ∇H in closed form (hnnsym.physics.models): no autograd.grad call
         with torch.set_grad_enabled(create_graph):
             grad = closed(y)
         if grad is not None:
-            return symplectic_gradient(grad)
+            return grad
     with torch.enable_grad():
         if not y.requires_grad:
             y = y.detach().requires_grad_(True)
         energy = H(y).sum()
         (grad,) = torch.autograd.grad(energy, y, create_graph=create_graph)
-    return symplectic_gradient(grad)
+    return grad
