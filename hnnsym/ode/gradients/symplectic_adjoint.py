@@ -1,5 +1,9 @@
 """Exact, memory-efficient gradients: the symplectic adjoint method (seed 001).
 
+An integrator without Runge–Kutta stages that brings its own exact adjoint of one step,
+``step_vjp(problem, y_n, y_{n+1}, λ, params, n)`` (RATTLE), is differentiated the same way,
+stepwise, by that adjoint instead of the stage equations below.
+
 Forward runs without a graph and keeps only the N+1 states. Backward, for n = N-1 ... 0, with
 λ = dL/dy_{n+1} (the loss's own jump ∂L/∂y_{n+1} added):
 

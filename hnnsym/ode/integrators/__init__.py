@@ -5,9 +5,12 @@ for holonomically constrained H (Newton-solved, with an exact per-step adjoint).
 Every integrator follows the ``Integrator`` protocol: a name, an order, whether it is symplectic,
 and two capabilities that gradient methods ask for (``has_stages``: Runge–Kutta stage equations
 that the stepwise adjoints can recompute and differentiate; ``reversible``: a step that -h undoes
-bit for bit). Integrators never name gradient methods; a gradient method checks the capabilities
-it needs (``hnnsym.ode.gradients``). Solver options (tol, max_iter, predictor, on_fail; omega;
-frac_bits, rounding) belong to the integrator object, built by name with ``get_integrator``.
+bit for bit); a one-step map ``step_of`` (checkpoint needs it) and an exact one-step adjoint
+``step_vjp`` (symplectic_adjoint uses it when there are no stages) are optional. Integrators never
+name gradient methods; a gradient method checks the capabilities it needs
+(``hnnsym.ode.gradients``). Solver options (tol, max_iter, predictor, on_fail; omega; frac_bits,
+rounding; manifold_tol, implicit_gradient) belong to the integrator object, built by name with
+``get_integrator``.
 """
 
 from __future__ import annotations
