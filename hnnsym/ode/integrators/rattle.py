@@ -21,9 +21,10 @@ from H's ``vector_field``: RATTLE needs the unconstrained gradient). Jacobians a
 autograd, batched: the rows of a (B, k) -> (B, k) residual's Jacobian come from one backward pass
 over k stacked copies of the batch (``_jacobian``).
 
-Newton stops when the estimated distance to the solution, min(|Δ|, θ/(1−θ)|Δ|) with θ the ratio
-of successive max-norm updates (Hairer & Wanner IV.8), is ≤ ``tol`` (None: 1e-12 in float64,
-1e-6 in float32). A step that has not converged after ``max_iter`` iterations raises
+Newton is simplified: the Jacobian of the first iterate is reused while each update shrinks by
+at least a factor 100 (``REFRESH``), and taken afresh otherwise. It stops when the estimated
+distance to the solution, min(|Δ|, θ/(1−θ)|Δ|) with θ the ratio of successive max-norm updates
+(Hairer & Wanner IV.8), is ≤ ``tol`` (None: 1e-12 in float64, 1e-6 in float32). A step that has not converged after ``max_iter`` iterations raises
 ``ConvergenceError`` (``on_fail="warn"|"ignore"`` to relax, as for the stage solver).
 
 Gradients (``implicit_gradient=True``, the default): each step is a ``torch.autograd.Function``
@@ -52,8 +53,8 @@ from hnnsym.ode.dynamics import hamiltonian_gradient, has_hamiltonian
 from hnnsym.ode.integrators.stage_solver import FixedPoint
 from hnnsym.ode.problem import Problem, SolverStats
 
-# default |g(q)| and |G ∇_p H| above which ``check`` refuses an initial state
 REFRESH = 0.01  # a fresh Newton Jacobian unless the last update shrank by this factor
+# default |g(q)| and |G ∇_p H| above which ``check`` refuses an initial state
 MANIFOLD_TOL = {torch.float64: 1e-7, torch.float32: 1e-3}
 
 Tile = Callable[[Tensor], Tensor]
