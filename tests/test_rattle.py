@@ -133,7 +133,7 @@ def reference(H, angles: np.ndarray, T: float) -> torch.Tensor:
     out = []
     for row in angles:
         if isinstance(H, PlanarPendulum):
-            rhs, y0 = _planar_rhs(float(H.log_l.exp())), row
+            rhs, y0 = _planar_rhs(float(H.log_l.detach().exp())), row
         else:
             (m1, m2), (l1, l2) = H.log_m.exp().tolist(), H.lengths
             rhs, y0 = _double_rhs(m1, m2, l1, l2), row
