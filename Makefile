@@ -42,12 +42,13 @@ figure5: install
 
 # Benchmarks (figures in outputs/profile/.../profile.{csv,md,png}): the headline ratios to backprop
 # at 32 and 1024 steps, the memory at 1024 and 8192 steps (keep_every=sqrt), the profile for every
-# Gauss–Legendre order, and the reversible round trip at 1e6 steps.
+# Gauss–Legendre order, the reversible round trip at 1e6 steps, and RATTLE over 1e5 steps.
 bench: install
 	$(PY) -m hnnsym.profile 'profile.steps=[32,1024]'
 	$(PY) -m hnnsym.profile experiment=profile_memory
 	$(PY) -m hnnsym.profile --multirun integrator=implicit_midpoint,gauss_legendre4,gauss_legendre6 'profile.steps=[4,8,16,32,64,128,256]'
 	$(PY) benchmarks/reversible_roundtrip.py
+	$(PY) benchmarks/rattle_long_run.py
 
 # ---- Table 1 (seed 000) with its baselines, figures, noise sweep --------------------------------
 T1_SYSTEMS := double_well coupled_oscillator henon_heiles

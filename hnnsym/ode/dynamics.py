@@ -49,8 +49,9 @@ def dissipative_field(grad: Tensor, R: Tensor) -> Tensor:
 
 
 def hamiltonian_gradient(H: Hamiltonian, y: Tensor, create_graph: bool | None = None) -> Tensor:
-    """∇H(y) (..., 2d): H's closed form ``H.energy_gradient(y)`` when it gives one, else autograd
-    (differentiable with ``create_graph``, default: whether grad mode is on)."""
+    """∇H(y) = [∂H/∂q, ∂H/∂p] (..., 2d): H's closed form ``H.energy_gradient(y)`` when it gives
+    one, else autograd (differentiable with ``create_graph``, default: whether grad mode is on).
+    Never H's own ``vector_field`` (a constrained integrator needs the unconstrained gradient)."""
     if create_graph is None:
         create_graph = torch.is_grad_enabled()
     closed = getattr(H, "energy_gradient", None)

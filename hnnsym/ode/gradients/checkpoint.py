@@ -17,6 +17,7 @@ from hnnsym.ode.problem import Problem
 
 class Checkpoint(StepwiseAdjoint):
     name = "checkpoint"
+    needs = ("step_of",)  # any integrator with a one-step map (RATTLE's step is an exact adjoint)
 
     def step_vjp(
         self, problem: Problem, y: Tensor, y_next: Tensor, lam: Tensor, params: list[Tensor], n: int

@@ -1,5 +1,9 @@
 """Exact, memory-efficient gradients: the symplectic adjoint method (seed 001).
 
+An integrator without Runge–Kutta stages that brings its own exact adjoint of one step,
+``step_vjp(problem, y_n, y_{n+1}, λ, params, n)`` (RATTLE), is differentiated the same way,
+stepwise, by that adjoint instead of the stage equations below.
+
 Forward runs without a graph and keeps only the N+1 states. Backward, for n = N-1 ... 0, with
 λ = dL/dy_{n+1} (the loss's own jump ∂L/∂y_{n+1} added):
 
@@ -59,6 +63,12 @@ class SymplecticAdjoint(StepwiseAdjoint):
             raise ValueError(f"chunk must be a whole number >= 1, got {chunk!r}")
         self.adjoint_solver, self.adjoint_solve, self.chunk = adjoint_solver, adjoint_solve, chunk
 
+    def check(self, problem: Problem) -> None:
+        """Runge–Kutta stages, or an integrator with its own exact step adjoint ``step_vjp``
+        (RATTLE: the transposed linearised step equations, re-solved from y_n in backward)."""
+        if not _own_step_vjp(problem):
+            super().check(problem)
+
     def direct(self, problem: Problem, dim: int) -> bool:
         """Whether the adjoint stage equations are solved directly (else by fixed point)."""
         if self.adjoint_solve == "auto":
@@ -72,7 +82,7 @@ class SymplecticAdjoint(StepwiseAdjoint):
         self, problem: Problem, states: Tensor, jumps: Tensor, lam: Tensor, params: list[Tensor],
         start: int, grads: list[Tensor | None],
     ) -> Tensor:  # fmt: skip
-        if not self.direct(problem, states.shape[-1]):
+        if _own_step_vjp(problem) or not self.direct(problem, states.shape[-1]):
             return super().block_vjp(problem, states, jumps, lam, params, start, grads)
         steps = len(states) - 1
         for end in range(steps, 0, -self.chunk):
@@ -137,6 +147,8 @@ class SymplecticAdjoint(StepwiseAdjoint):
         self, problem: Problem, y: Tensor, y_next: Tensor, lam: Tensor, params: list[Tensor], n: int
     ) -> tuple[Tensor, list[Tensor | None]]:
         """(dL/dy_n, dL/dθ contribution of step n) given λ = dL/dy_{n+1}."""
+        if _own_step_vjp(problem):
+            return problem.integrator.step_vjp(problem, y, y_next, lam, params, n)
         integ, h, n_q = problem.integrator, problem.h, y.shape[-1] // 2
         tab = integ.tableau
         Y = _stage_states(problem, y, y_next, f"at step {n}")
@@ -168,6 +180,12 @@ class SymplecticAdjoint(StepwiseAdjoint):
             grads = torch.autograd.grad(F, [Y_, *params], mu.reshape(s * B, dim), allow_unused=True)
         # (∂F/∂y)ᵀ μ = Σ_i Df(Y_i)ᵀ μ_i
         return lam + grads[0].reshape(s, B, dim).sum(0), list(grads[1:])
+
+
+def _own_step_vjp(problem: Problem) -> bool:
+    """Whether the integrator brings its own exact adjoint of one step (and no stages)."""
+    integ = problem.integrator
+    return not getattr(integ, "has_stages", False) and callable(getattr(integ, "step_vjp", None))
 
 
 def _stage_states(problem: Problem, y: Tensor, y_next: Tensor, where: str) -> Tensor:

@@ -1,12 +1,16 @@
-"""Integrators: how one rollout is stepped. Tableaux (data) over one stage solver, plus two that are
-not tableaux: Tao's explicit splitting and the bitwise-reversible fixed-point leapfrog.
+"""Integrators: how one rollout is stepped. Tableaux (data) over one stage solver, plus three that
+are not tableaux: Tao's explicit splitting, the bitwise-reversible fixed-point leapfrog, and RATTLE
+for holonomically constrained H (Newton-solved, with an exact per-step adjoint).
 
 Every integrator follows the ``Integrator`` protocol: a name, an order, whether it is symplectic,
 and two capabilities that gradient methods ask for (``has_stages``: Runge–Kutta stage equations
 that the stepwise adjoints can recompute and differentiate; ``reversible``: a step that -h undoes
-bit for bit). Integrators never name gradient methods; a gradient method checks the capabilities
-it needs (``hnnsym.ode.gradients``). Solver options (tol, max_iter, predictor, on_fail; omega;
-frac_bits, rounding) belong to the integrator object, built by name with ``get_integrator``.
+bit for bit); a one-step map ``step_of`` (checkpoint needs it) and an exact one-step adjoint
+``step_vjp`` (symplectic_adjoint uses it when there are no stages) are optional. Integrators never
+name gradient methods; a gradient method checks the capabilities it needs
+(``hnnsym.ode.gradients``). Solver options (tol, max_iter, predictor, on_fail; omega; frac_bits,
+rounding; manifold_tol, implicit_gradient) belong to the integrator object, built by name with
+``get_integrator``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
 
+from hnnsym.ode.integrators.rattle import Rattle
 from hnnsym.ode.integrators.reversible import ReversibleLeapfrog, Separable, as_separable
 from hnnsym.ode.integrators.stage_solver import DEFAULT_TOL, FixedPoint, RungeKutta
 from hnnsym.ode.integrators.tableaux import TABLEAUX, Tableau
@@ -57,6 +62,7 @@ INTEGRATORS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     **{name: (_runge_kutta(t), _STAGE_OPTIONS) for name, t in TABLEAUX.items()},
     TaoSplitting.name: (TaoSplitting, ("omega",)),
     ReversibleLeapfrog.name: (ReversibleLeapfrog, ("frac_bits", "rounding")),
+    Rattle.name: (Rattle, ("tol", "max_iter", "on_fail", "manifold_tol", "implicit_gradient")),
 }
 
 
@@ -101,6 +107,7 @@ __all__ = [
     "TABLEAUX",
     "FixedPoint",
     "Integrator",
+    "Rattle",
     "ReversibleLeapfrog",
     "RungeKutta",
     "Separable",

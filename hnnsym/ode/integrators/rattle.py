@@ -1,0 +1,373 @@
+"""RATTLE: the symplectic, constraint-preserving integrator for holonomic constraints g(q) = 0
+(Hairer, Lubich & Wanner, Geometric Numerical Integration, VII.1.22), for a general H(q, p).
+
+With G = ∂g/∂q (m × n), one step from (q_n, p_n) on the manifold solves
+
+    p_{n+½} = p_n − h/2 (∇_q H(q_n, p_{n+½}) + G(q_n)ᵀ λ)
+    q_{n+1} = q_n + h/2 (∇_p H(q_n, p_{n+½}) + ∇_p H(q_{n+1}, p_{n+½}))
+    0       = g(q_{n+1})
+    p_{n+1} = p_{n+½} − h/2 (∇_q H(q_{n+1}, p_{n+½}) + G(q_{n+1})ᵀ μ)
+    0       = G(q_{n+1}) ∇_p H(q_{n+1}, p_{n+1})
+
+in two Newton solves: u = (p_{n+½}, q_{n+1}, Λ) from the first three lines, then v = (p_{n+1}, M)
+from the last two, with the multipliers scaled to impulses Λ = h/2 λ, M = h/2 μ (so every unknown
+is a position or a momentum and one max-norm tolerance fits all). Order 2, symmetric, symplectic
+on the cotangent bundle of the manifold; q_{n+1} and p_{n+1} satisfy both constraints to the
+solver tolerance at every step, so there is no drift off the manifold.
+
+H is any object with H(z) -> (B,) for z = [q, p] (B, 2n) and ``position_constraints(q)``,
+(..., n) -> (..., m); ∇H comes from H's ``energy_gradient`` if it has one, else from autograd (never
+from H's ``vector_field``: RATTLE needs the unconstrained gradient). Jacobians are taken by
+autograd, batched: the rows of a (B, k) -> (B, k) residual's Jacobian come from one backward pass
+over k stacked copies of the batch (``_jacobian``).
+
+Newton is simplified: the Jacobian of the first iterate is reused while each update shrinks by
+at least a factor 100 (``REFRESH``), and taken afresh otherwise. It stops when the estimated
+distance to the solution, min(|Δ|, θ/(1−θ)|Δ|) with θ the ratio of successive max-norm updates
+(Hairer & Wanner IV.8), is ≤ ``tol`` (None: 1e-12 in float64, 1e-6 in float32). A step that has not converged after ``max_iter`` iterations raises
+``ConvergenceError`` (``on_fail="warn"|"ignore"`` to relax, as for the stage solver).
+
+Gradients (``implicit_gradient=True``, the default): each step is a ``torch.autograd.Function``
+whose backward solves the transposed linearised step equations at the converged solution,
+Jᵀ w = −∂L/∂X with J = ∂F/∂X of all five blocks F(X; y_n, θ) = 0, X = (u, v), and returns
+dL/dy_n = (∂F/∂y_n)ᵀ w and dL/dθ = (∂F/∂θ)ᵀ w (implicit function theorem): exact to the solver
+tolerance, and each step keeps only y_n and X (no Newton iterations). ``gradient=backprop`` and
+``checkpoint`` differentiate through it; ``symplectic_adjoint`` runs the forward without a graph,
+keeps the states, and in backward re-solves step n from y_n (seeded by y_{n+1}) and applies the
+same transposed solve (``step_vjp``). With ``implicit_gradient=False`` autograd records the
+Newton iterations themselves (memory ∝ steps × iterations; a reference for tests).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from hnnsym.errors import ConvergenceError, IncompatibleError, UserError
+from hnnsym.ode.dynamics import hamiltonian_gradient, has_hamiltonian
+from hnnsym.ode.integrators.stage_solver import FixedPoint
+from hnnsym.ode.problem import Problem, SolverStats
+
+REFRESH = 0.01  # a fresh Newton Jacobian unless the last update shrank by this factor
+# default |g(q)| and |G ∇_p H| above which ``check`` refuses an initial state
+MANIFOLD_TOL = {torch.float64: 1e-7, torch.float32: 1e-3}
+
+Tile = Callable[[Tensor], Tensor]
+
+
+def _jacobian(
+    fn: Callable[[Tensor, Tile], Tensor], x: Tensor, c: int, create_graph: bool = False
+) -> tuple[Tensor, Tensor]:
+    """fn(x) (B, c) and its Jacobian (B, c, a) for a row-wise fn: (R, a) -> (R, c).
+
+    fn is called once on c stacked copies of x, (c·B, a), with ``tile`` repeating any per-row
+    tensor it closes over the same way; row j of the Jacobian is the gradient of output j of copy
+    j, so one backward pass gives all c rows. ``create_graph``: both results stay differentiable
+    (with respect to x, if it requires grad, and whatever fn closes over)."""
+    B, a = x.shape
+    with torch.enable_grad():
+        base = x if x.requires_grad else x.detach().requires_grad_(True)
+        rows = base.unsqueeze(0).expand(c, B, a).reshape(c * B, a)
+
+        def tile(t: Tensor) -> Tensor:
+            return t.repeat(c, *([1] * (t.dim() - 1)))
+
+        out = fn(rows, tile).reshape(c, B, c)
+        picked = out.diagonal(dim1=0, dim2=2)  # (B, c): output j of copy j
+        (jac,) = torch.autograd.grad(picked.sum(), rows, create_graph=create_graph)
+    value = out[0] if create_graph else out[0].detach()
+    return value, jac.reshape(c, B, a).transpose(0, 1)
+
+
+def constraint_jacobian(g: Callable[[Tensor], Tensor], q: Tensor, m: int, create_graph: bool):
+    """G(q) = ∂g/∂q, q (B, n) -> (B, m, n), for the m constraints g (.., n) -> (.., m)."""
+    return _jacobian(lambda rows, tile: g(rows), q, m, create_graph)[1]
+
+
+def _grad_H(H, q: Tensor, p: Tensor, create_graph: bool) -> tuple[Tensor, Tensor]:
+    """(∇_q H, ∇_p H) at (q, p), each (B, n)."""
+    grad = hamiltonian_gradient(H, torch.cat([q, p], -1), create_graph)
+    n = q.shape[-1]
+    return grad[..., :n], grad[..., n:]
+
+
+def _first(
+    H, g, q0: Tensor, p0: Tensor, G0: Tensor, u: Tensor, h: float, graph: bool = True
+) -> Tensor:
+    """Residual of the first three RATTLE lines in u = (p½, q1, Λ), Λ = h/2 λ: (B, 2n+m).
+    ``graph``: differentiable (False: values only, for a residual check)."""
+    n = q0.shape[-1]
+    ph, q1, lam = u[:, :n], u[:, n : 2 * n], u[:, 2 * n :]
+    B = q0.shape[0]
+    Hq, Hp = _grad_H(H, torch.cat([q0, q1]), torch.cat([ph, ph]), graph)
+    r_p = ph - p0 + 0.5 * h * Hq[:B] + torch.einsum("bmn,bm->bn", G0, lam)
+    r_q = q1 - q0 - 0.5 * h * (Hp[:B] + Hp[B:])
+    return torch.cat([r_p, r_q, g(q1)], -1)
+
+
+def _second(
+    H, q1: Tensor, ph: Tensor, Hq1: Tensor, G1: Tensor, v: Tensor, h: float, graph: bool = True
+) -> Tensor:
+    """Residual of the last two RATTLE lines in v = (p1, M), M = h/2 μ, given q1, p½ and
+    Hq1 = ∇_q H(q1, p½): (B, n+m)."""
+    n = q1.shape[-1]
+    p1, mu = v[:, :n], v[:, n:]
+    _, Hp = _grad_H(H, q1, p1, graph)
+    r_p = p1 - ph + 0.5 * h * Hq1 + torch.einsum("bmn,bm->bn", G1, mu)
+    return torch.cat([r_p, torch.einsum("bmn,bn->bm", G1, Hp)], -1)
+
+
+def step_residual(H, y: Tensor, X: Tensor, h: float) -> Tensor:
+    """All five blocks F(X; y) of one step, X = (p½, q1, Λ, p1, M) (B, 3n+2m): (B, 3n+2m).
+    Differentiable in X, y and H's parameters (this is what the adjoint linearises)."""
+    g = H.position_constraints
+    n = y.shape[-1] // 2
+    m = (X.shape[-1] - 3 * n) // 2
+    q0, p0 = y[:, :n], y[:, n:]
+    ph, q1, v = X[:, :n], X[:, n : 2 * n], X[:, 2 * n + m :]
+    G0 = constraint_jacobian(g, q0, m, True)
+    G1 = constraint_jacobian(g, q1, m, True)
+    Hq1, _ = _grad_H(H, q1, ph, True)
+    return torch.cat(
+        [_first(H, g, q0, p0, G0, X[:, : 2 * n + m], h), _second(H, q1, ph, Hq1, G1, v, h)], -1
+    )
+
+
+@dataclass
+class Rattle:
+    """RATTLE for H with ``position_constraints`` (see module doc). Options: Newton ``tol``
+    (None: by dtype), ``max_iter``, ``on_fail``; ``manifold_tol`` (None: 1e-7 in float64, 1e-3
+    in float32), above which ``check`` refuses initial states off the manifold;
+    ``implicit_gradient`` (exact adjoint of each step; False: autograd through Newton)."""
+
+    tol: float | None = None
+    max_iter: int = 20
+    on_fail: str = "raise"
+    manifold_tol: float | None = None
+    implicit_gradient: bool = True
+
+    name = "rattle"
+    order = 2
+    symplectic = True  # on the cotangent bundle of the constraint manifold
+    has_stages = False  # no Runge–Kutta stages: symplectic_adjoint uses step_vjp instead
+    reversible = False
+
+    def __post_init__(self):
+        self.solver = FixedPoint(self.tol, self.max_iter, self.on_fail)  # validates the options
+        if self.manifold_tol is not None and not self.manifold_tol > 0:
+            raise ValueError(f"manifold_tol must be > 0, got {self.manifold_tol}")
+        if not isinstance(self.implicit_gradient, bool):
+            raise ValueError(
+                f"implicit_gradient must be true or false, got {self.implicit_gradient!r}"
+            )
+
+    def strict(self) -> Rattle:
+        """The same integrator, raising ConvergenceError whatever its ``on_fail``."""
+        return replace(self, on_fail="raise")
+
+    # ---- the integrator protocol -----------------------------------------------------------
+    def check(self, problem: Problem, y0: Tensor) -> None:
+        """An H with a Hamiltonian and ``position_constraints``, and y0 on the manifold."""
+        H = problem.H
+        who = getattr(H, "name", type(H).__name__)
+        if not has_hamiltonian(H):
+            raise IncompatibleError(
+                f"integrator=rattle needs a Hamiltonian H(q, p), but {who} defines only a vector "
+                f"field; use another integrator (e.g. rk4)"
+            )
+        if not callable(getattr(H, "position_constraints", None)):
+            raise IncompatibleError(
+                f"integrator=rattle needs a constrained H with position_constraints(q) (the "
+                f"holonomic g(q) = 0), but {who} has none; use a Cartesian constrained model "
+                f"(model=chnn) or another integrator"
+            )
+        n = y0.shape[-1] // 2
+        with torch.no_grad():
+            q = y0[:, :n].detach()
+            gq = H.position_constraints(q)
+        if gq.dim() != 2 or gq.shape[0] != y0.shape[0] or not 0 < gq.shape[1] < n:
+            raise IncompatibleError(
+                f"integrator=rattle: position_constraints(q) of q {tuple(q.shape)} must return "
+                f"(B, m) with 0 < m < {n}, got {tuple(gq.shape)}"
+            )
+        _, Hp = _grad_H(H, q, y0[:, n:].detach(), False)
+        G = constraint_jacobian(H.position_constraints, q, gq.shape[1], False)
+        velocity = torch.einsum("bmn,bn->bm", G, Hp)
+        tol = self.manifold_tol or MANIFOLD_TOL.get(y0.dtype, 1e-2)
+        worst = max(float(gq.abs().max()), float(velocity.abs().max()))
+        if not worst <= tol:  # NaN too
+            raise UserError(
+                f"integrator=rattle: initial states are off the constraint manifold (max |g(q)| = "
+                f"{float(gq.abs().max()):.3g}, max |G ∇_p H| = {float(velocity.abs().max()):.3g} "
+                f"> manifold_tol {tol:.3g}); project them onto g = 0 and G ∇_p H = 0 first, or "
+                f"raise integrator.manifold_tol"
+            )
+
+    def trajectory(self, problem: Problem, y0: Tensor) -> Tensor:
+        """All states (steps+1, B, 2n), with a graph if grad mode is on."""
+        ys = [y0]
+        for n in range(problem.steps):
+            ys.append(self.step_of(problem, ys[-1], n))
+        return torch.stack(ys)
+
+    def step_of(self, problem: Problem, y: Tensor, n: int) -> Tensor:
+        """y_{n+1} from y_n (B, 2n), differentiable when grad mode is on."""
+        if self.implicit_gradient:
+            return _RattleStep.apply(self, problem, n, y, *problem.params())
+        X = self.solve_step(problem, y, n, graph=torch.is_grad_enabled())
+        return _output(X, y.shape[-1] // 2)
+
+    # ---- solving -----------------------------------------------------------------------------
+    def solve_step(
+        self, problem: Problem, y: Tensor, n: int, guess: Tensor | None = None, graph: bool = False
+    ) -> Tensor:
+        """X = (p½, q1, Λ, p1, M) (B, 3n+2m) of step n from y (B, 2n). ``guess``: y_{n+1}, to
+        seed Newton (the backward re-solve); else an explicit predictor. ``graph``: keep
+        autograd's record of the iterations (``implicit_gradient=False``)."""
+        H, h, d = problem.H, problem.h, y.shape[-1] // 2
+        g = H.position_constraints
+        if not graph:
+            y = y.detach()
+        q0, p0 = y[:, :d], y[:, d:]
+        m = g(q0).shape[-1]
+        G0 = constraint_jacobian(g, q0, m, graph)
+        zeros = torch.zeros_like(q0[:, :m])
+        # predictor: an explicit half kick and drift with Λ = 0, or (p_n + p_{n+1})/2 and
+        # q_{n+1} when re-solving a known step
+        if guess is None:
+            Hq0, Hp0 = _grad_H(H, q0, p0, graph)
+            u = torch.cat([p0 - 0.5 * h * Hq0, q0 + h * Hp0, zeros], -1)
+        else:
+            u = torch.cat([0.5 * (p0 + guess[:, d:]), guess[:, :d], zeros], -1)
+
+        def first(rows: Tensor, tile: Tile) -> Tensor:
+            return _first(H, g, tile(q0), tile(p0), tile(G0), rows, h)
+
+        u = self._newton(
+            lambda x: _jacobian(first, x, 2 * d + m, graph),
+            lambda x: _first(H, g, q0, p0, G0, x, h, graph),
+            u, problem.stats, f"at step {n}",
+        )  # fmt: skip
+        ph, q1 = u[:, :d], u[:, d : 2 * d]
+        G1 = constraint_jacobian(g, q1, m, graph)
+        Hq1, _ = _grad_H(H, q1, ph, graph)
+        v = torch.cat([ph if guess is None else guess[:, d:], zeros], -1)
+
+        def second(rows: Tensor, tile: Tile) -> Tensor:
+            return _second(H, tile(q1), tile(ph), tile(Hq1), tile(G1), rows, h)
+
+        v = self._newton(
+            lambda x: _jacobian(second, x, d + m, graph),
+            lambda x: _second(H, q1, ph, Hq1, G1, x, h, graph),
+            v, problem.stats, f"at step {n} (momentum)",
+        )  # fmt: skip
+        return torch.cat([u, v], -1)
+
+    def _newton(
+        self,
+        jacobian: Callable[[Tensor], tuple[Tensor, Tensor]],
+        residual: Callable[[Tensor], Tensor],
+        x: Tensor,
+        stats: SolverStats | None,
+        where: str,
+    ) -> Tensor:
+        """Simplified Newton, batched: x ← x − J⁻¹ R(x) with J = ∂R/∂x taken at the first iterate
+        and again whenever an update shrinks by less than a factor 4 on the one before (``jacobian`` gives R and
+        J, ``residual`` R alone); stops when the estimated error is ≤ tol (see module doc)."""
+        tol = self.solver.tolerance(x.dtype)
+        residual_norm, previous, it = float("inf"), None, 0
+        R, J = jacobian(x)
+        lu = torch.linalg.lu_factor(J)
+        while it < self.max_iter:
+            it += 1
+            dx = torch.linalg.lu_solve(*lu, -R.unsqueeze(-1)).squeeze(-1)
+            x = x + dx
+            change = float(dx.detach().abs().max())
+            residual_norm, slow = change, False
+            if previous is not None:
+                slow = not change < REFRESH * previous
+                if 0 < change < previous:
+                    theta = change / previous
+                    residual_norm = min(change, theta / (1 - theta) * change)
+            previous = change
+            if not residual_norm > tol or it == self.max_iter:  # also stops on NaN
+                break
+            if slow:  # a Jacobian far from the iterate: take a fresh one
+                R, J = jacobian(x)
+                lu = torch.linalg.lu_factor(J)
+            else:
+                R = residual(x)
+        residual = residual_norm
+        converged = residual <= tol
+        if stats is not None:
+            stats.record(it, residual if residual == residual else float("inf"), converged, where)
+        if not converged:
+            diverged = "" if residual == residual else " (diverged to non-finite values)"
+            msg = (
+                f"RATTLE's Newton iteration did not converge {where}: residual {residual:.3g} > "
+                f"tol {tol:.3g} after {it} iterations{diverged}; use a smaller dt or raise max_iter"
+            )
+            if self.on_fail == "raise":
+                raise ConvergenceError(msg)
+            if self.on_fail == "warn":
+                warnings.warn(msg, RuntimeWarning, stacklevel=4)
+        return x
+
+    # ---- gradients -------------------------------------------------------------------------
+    def adjoint(
+        self, problem: Problem, y: Tensor, X: Tensor, lam: Tensor, params: list[Tensor]
+    ) -> tuple[Tensor, list[Tensor | None]]:
+        """(dL/dy_n, dL/dθ of the step) from λ = dL/dy_{n+1} at the converged X of y_n -> y_{n+1}:
+        Jᵀ w = −∂L/∂X, then (∂F/∂y_n)ᵀ w and (∂F/∂θ)ᵀ w (implicit function theorem)."""
+        H, h, d = problem.H, problem.h, y.shape[-1] // 2
+        K = X.shape[-1]
+        m = (K - 3 * d) // 2
+        X = X.detach()
+        with torch.enable_grad():
+            y_ = y.detach().requires_grad_(True)
+            _, J = _jacobian(lambda rows, tile: step_residual(H, tile(y_), rows, h), X, K)
+            rhs = torch.zeros_like(X)
+            rhs[:, d : 2 * d] = -lam[:, :d]
+            rhs[:, 2 * d + m : 3 * d + m] = -lam[:, d:]
+            w = torch.linalg.solve(J.transpose(1, 2), rhs.unsqueeze(-1)).squeeze(-1)
+            F = step_residual(H, y_, X, h)
+            grads = torch.autograd.grad(F, [y_, *params], w, allow_unused=True)
+        return grads[0], list(grads[1:])
+
+    def step_vjp(
+        self, problem: Problem, y: Tensor, y_next: Tensor, lam: Tensor, params: list[Tensor], n: int
+    ) -> tuple[Tensor, list[Tensor | None]]:
+        """The stepwise adjoint of step n from its states alone: re-solve X from y_n, seeded by
+        y_{n+1}, then ``adjoint``."""
+        with torch.no_grad():
+            X = self.solve_step(problem, y, n, guess=y_next)
+        return self.adjoint(problem, y, X, lam, params)
+
+
+def _output(X: Tensor, d: int) -> Tensor:
+    """y_{n+1} = (q1, p1) from X = (p½, q1, Λ, p1, M)."""
+    m = (X.shape[-1] - 3 * d) // 2
+    return torch.cat([X[:, d : 2 * d], X[:, 2 * d + m : 3 * d + m]], -1)
+
+
+class _RattleStep(torch.autograd.Function):
+    """One RATTLE step y_n -> y_{n+1}; backward by the implicit function theorem."""
+
+    @staticmethod
+    def forward(ctx, integ: Rattle, problem: Problem, n: int, y: Tensor, *params: Tensor):
+        X = integ.solve_step(problem, y, n)
+        ctx.integ, ctx.problem = integ, problem
+        ctx.save_for_backward(y, X, *params)
+        return _output(X, y.shape[-1] // 2)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, lam: Tensor):
+        y, X, *params = ctx.saved_tensors
+        grad_y, grad_params = ctx.integ.adjoint(ctx.problem, y, X, lam, params)
+        return (None, None, None, grad_y, *grad_params)
