@@ -163,6 +163,22 @@ def energy_error(system: System, clean: torch.Tensor) -> float:
     return float((energy - energy[:, :1]).abs().max())
 
 
+def check_constraints(system: System, split: str, clean: np.ndarray) -> None:
+    """For a constrained system (``constraint_violation``, ``constraint_tol``: hnnsym.physics.
+    constrained): log max |Φ| and |Φ̇| along the ground truth; UserError above the tolerance."""
+    violation = getattr(system, "constraint_violation", None)
+    if not callable(violation):
+        return
+    phi, phidot = violation(torch.from_numpy(clean))
+    log.info("%s: ground truth max |Phi| = %.2e, max |dPhi/dt| = %.2e", split, phi, phidot)
+    if not max(phi, phidot) <= system.constraint_tol:
+        raise UserError(
+            f"the {split} ground truth leaves the constraint manifold (max |Phi| {phi:.2e}, "
+            f"|dPhi/dt| {phidot:.2e} > {system.constraint_tol:g}); lower generate.tol or "
+            "generate.fine_dt"
+        )
+
+
 def generate(cfg: DictConfig) -> Path:
     """Validate, simulate every split, write ``cfg.data_file``; returns its path."""
     system, every, resolved = check_config(cfg)
@@ -178,6 +194,7 @@ def generate(cfg: DictConfig) -> Path:
             energy_error(system, torch.from_numpy(splits[split].clean)),
             stats.mean_iterations, stats.max_iterations,
         )  # fmt: skip
+        check_constraints(system, split, splits[split].clean)
     attrs = {
         "system": system.name,
         "system_params": dict(system.params),
