@@ -96,7 +96,7 @@ def lagrangian_rhs(m: np.ndarray, l_: np.ndarray, g: float):
     return rhs
 
 
-@pytest.mark.parametrize("links", [1, 2])
+@pytest.mark.parametrize("links", [2])
 def test_ground_truth_matches_an_independent_solution_in_angles(links):
     """Gauss–Legendre 6 on the projected Cartesian field (generate's ground truth, h = 0.005)
     against scipy's DOP853 on the Lagrangian in angles at rtol 1e-13, over 0.6 s."""
@@ -140,26 +140,91 @@ def test_bad_links_are_one_line_errors():
             get_system("chain_pendulum", links=bad)
 
 
-def test_generate_configs(compose_config, tmp_path):
+def test_generate_refuses_bad_links(compose_config):
     from hnnsym.data.simulate import generate
 
     cfg = compose_config("generate", ["system=chain_pendulum", "system.params.links=0"])
     with pytest.raises(UserError, match="links must be"):
         generate(cfg)
-    cfg = compose_config(
-        "generate",
-        ["system=chain_pendulum", "system.params.links=2", "noise=none", f"data_dir={tmp_path}",
-         "generate.n_train=3", "generate.n_val=2", "generate.n_test=2", "generate.train_steps=4",
-         "generate.test_steps=4"],
-    )  # fmt: skip
-    assert cfg.generate.obs_dt == 0.03 and cfg.generate.fine_dt == 0.005
-    path = generate(cfg)
-    from hnnsym.data.hdf5 import read_dataset
 
-    data = read_dataset(path)
+
+# ---- CHNN -------------------------------------------------------------------------------------
+
+
+def small_chnn(links: int = 2):
+    from hnnsym.physics.constrained_models import CHNN
+
+    torch.manual_seed(0)
+    return CHNN(2 * links, hidden=(16, 16)).double()
+
+
+@pytest.mark.parametrize("integrator", ["rk4", "implicit_midpoint", "gauss_legendre4"])
+def test_chnn_gradients_backprop_equal_symplectic_adjoint(integrator):
+    system, _, _ = chain(2)
+    y0 = system.sample(4, torch.Generator().manual_seed(0))
+    model = small_chnn()
+    options = {} if integrator == "rk4" else {"tol": 1e-13, "max_iter": 100}
+    grads = {}
+    for method in ("backprop", "symplectic_adjoint"):
+        model.zero_grad()
+        ys = solve(model, y0, 0.03, 5, get_integrator(integrator, **options), method).ys
+        (ys**2).sum().backward()
+        grads[method] = torch.cat(
+            [(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
+             for p in model.parameters()]
+        )  # fmt: skip
+    scale = grads["backprop"].abs().max()
+    assert scale > 0
+    assert (grads["backprop"] - grads["symplectic_adjoint"]).abs().max() < 1e-10 * scale
+
+
+def test_chnn_field_is_tangent_and_gauss_legendre_keeps_its_constraints():
+    system, _, _ = chain(2)
+    y0 = system.sample(5, torch.Generator().manual_seed(4))
+    model = small_chnn()
+    with torch.no_grad():
+        model.log_mass.copy_(torch.tensor([0.3, -0.2]))
+        f = model.vector_field(y0)
+        G = constraint_gradient(model.constraints, y0[:, :4], y0[:, 4:], model.inverse_mass())
+        assert (G.transpose(-1, -2) @ f[..., None]).abs().max() < 1e-12 * f.abs().max()
+        ys = solve(model, y0, 0.03, 50, get_integrator("gauss_legendre4", tol=1e-14), "backprop").ys
+    assert model.position_constraints(ys[..., :4]).abs().max() < 1e-11  # the data's lengths
+    assert torch.allclose(model.mass_matrix().diagonal()[::2], torch.exp(model.log_mass))
+
+
+def test_chnn_refuses_angle_data():
+    from hnnsym.physics.constrained_models import CHNN
+
+    with pytest.raises(ValueError, match="Cartesian coordinates"):
+        CHNN(2, system="chain_pendulum_angles")
+
+
+def test_generate_train_evaluate_chnn(compose_config, tmp_path):
+    """The three stages with model=chnn (tiny budget), and the one-line errors of another N."""
+    from hnnsym.data.hdf5 import read_dataset
+    from hnnsym.data.simulate import generate
+    from hnnsym.evaluation.stage import evaluate
+    from hnnsym.training.stage import train
+
+    common = ["system=chain_pendulum", "system.params.links=2", "noise=none",
+              f"data_dir={tmp_path}/data"]  # fmt: skip
+    gen = ["generate.n_train=8", "generate.n_val=4", "generate.n_test=3", "generate.train_steps=8",
+           "generate.test_steps=6"]  # fmt: skip
+    cfg = compose_config("generate", common + gen)
+    assert cfg.generate.obs_dt == 0.03 and cfg.generate.fine_dt == 0.005
+    data = read_dataset(generate(cfg))
     assert data.attrs["system_params"]["links"] == 2
     assert data.attrs["system_params"]["masses"] == chain_parameters(2)[0]
     clean = torch.as_tensor(data.splits["train"].clean)
-    assert clean.shape == (3, 5, 8)
-    system = get_system("chain_pendulum", **data.attrs["system_params"])
-    assert max(system.constraint_violation(clean)) < 1e-8
+    assert clean.shape == (8, 9, 8)
+    assert max(chain(2)[0].constraint_violation(clean)) < 1e-8
+    run = common + ["method=chnn", "model.hidden=[16]", f"run_dir={tmp_path}/run",
+                    "train.epochs=2", "train.progress=false"]  # fmt: skip
+    train(compose_config("train", run))
+    metrics = evaluate(compose_config("evaluate", run + ["eval.figures=false"]))
+    assert 0 < metrics["rel_err_gmean"] < 1 and metrics["rollout_steps"] == 6
+    assert metrics["floor_rel_err_gmean"] < 1e-2
+    assert len(metrics["mass_learned"]) == 2 and metrics["constraint_phi_max"] < 1e-2
+    other = [c.replace("links=2", "links=3") for c in run] + ["train.overwrite=true"]
+    with pytest.raises(UserError, match="dim=4 states, not dim=6"):
+        train(compose_config("train", other))
