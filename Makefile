@@ -123,7 +123,7 @@ CHAIN_TRAIN = train.epochs=$(CHAIN_EPOCHS) train.window=4 train.batch_size=200 t
 chain-pendulum: install
 	@echo "chain-pendulum: CHNN / HNN (angles) / NODE for N in $(CHAIN_LINKS), seeds $(CHAIN_SEEDS),"
 	@echo "  $(CHAIN_EPOCHS) epochs (the reference: 2000). Measured for N = 3, one seed, 300 epochs"
-	@echo "  on the shared 2-core machine: data 7 min, CHNN 25 min, HNN 16 min (README)"
+	@echo "  on the shared 2-core machine: data 7 min, CHNN 23 min, HNN 18 min, NODE 9 min (README)"
 	for N in $(CHAIN_LINKS); do for k in $(CHAIN_SEEDS); do \
 	  for s in chain_pendulum chain_pendulum_angles; do \
 	    test -f data/chain$$N/$$s/none/seed$$k.h5 || $(PY) -m hnnsym.generate system=$$s \
