@@ -167,7 +167,7 @@ def energy_report(system: System, clean: torch.Tensor) -> str:
     """The ground truth's energy for the log, clean (N, T+1, 2d): a conservative system's
     max |H(t) − H(0)| (the integrator's error); a damped system's energy lost H(0) − H(T), mean
     and max over trajectories (physics, not an error: dH/dt = −∇Hᵀ R ∇H)."""
-    if system.vector_field is None:
+    if not system.params.get("damping"):  # conservative (a constrained system too)
         return f"ground truth max |H(t) - H(0)| = {energy_error(system, clean):.2e}"
     energy = system(clean.reshape(-1, clean.shape[-1])).reshape(clean.shape[:-1])
     lost = energy[:, 0] - energy[:, -1]
@@ -175,6 +175,22 @@ def energy_report(system: System, clean: torch.Tensor) -> str:
         f"energy lost H(0) - H(T) = {float(lost.mean()):.3e} mean, {float(lost.max()):.3e} max "
         f"(damped {system.name}, γ = {system.params.get('damping')})"
     )
+
+
+def check_constraints(system: System, split: str, clean: np.ndarray) -> None:
+    """For a constrained system (``constraint_violation``, ``constraint_tol``: hnnsym.physics.
+    constrained): log max |Φ| and |Φ̇| along the ground truth; UserError above the tolerance."""
+    violation = getattr(system, "constraint_violation", None)
+    if not callable(violation):
+        return
+    phi, phidot = violation(torch.from_numpy(clean))
+    log.info("%s: ground truth max |Phi| = %.2e, max |dPhi/dt| = %.2e", split, phi, phidot)
+    if not max(phi, phidot) <= system.constraint_tol:
+        raise UserError(
+            f"the {split} ground truth leaves the constraint manifold (max |Phi| {phi:.2e}, "
+            f"|dPhi/dt| {phidot:.2e} > {system.constraint_tol:g}); lower generate.tol or "
+            "generate.fine_dt"
+        )
 
 
 def generate(cfg: DictConfig) -> Path:
@@ -191,6 +207,7 @@ def generate(cfg: DictConfig) -> Path:
             energy_report(system, torch.from_numpy(splits[split].clean)),
             stats.mean_iterations, stats.max_iterations,
         )  # fmt: skip
+        check_constraints(system, split, splits[split].clean)
     attrs = {
         "system": system.name,
         "system_params": dict(system.params),

@@ -29,6 +29,7 @@ from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import Dataset, made_by_generate, read_dataset
 from hnnsym.errors import UserError
 from hnnsym.evaluation import plots
+from hnnsym.evaluation.constrained import constrained_summary, evaluate_constrained, is_constrained
 from hnnsym.evaluation.measured import evaluate_measured, measured_summary
 from hnnsym.evaluation.metrics import (
     RolloutMetrics,
@@ -333,7 +334,12 @@ def evaluate(cfg: DictConfig) -> dict:
     t = torch.as_tensor(test.t[: steps + 1]).to(device, dtype)
     substeps = int(e.substeps or trained_options(payload).get("substeps") or 1)
 
-    if is_position_model(model):  # learned from positions only (seed 002): Eq. 12 / recurrences
+    if is_constrained(system):  # seed 004: rollouts compared in Cartesian coordinates
+        fine_dt = data.attrs.get("fine_dt")
+        core, curves, figures = evaluate_constrained(
+            cfg, out, system, model, truth, t, obs_dt, steps, substeps, fine_dt
+        )
+    elif is_position_model(model):  # learned from positions only (seed 002): Eq. 12 / recurrences
         core, curves, figures = evaluate_positions(cfg, out, system, model, truth, t, obs_dt)
     elif not system.known:  # measurements (hnnsym.ingest): no true H to compare with
         train = data.splits.get("train")
@@ -395,6 +401,8 @@ def summary(m: dict, out: Path | None = None) -> str:
         return position_summary(m, out)
     if m.get("system", {}).get("name") == MEASURED:  # no true H: hnnsym.evaluation.measured
         return measured_summary(m, out)
+    if "floor_rel_err_gmean" in m:  # a constrained system: hnnsym.evaluation.constrained
+        return constrained_summary(m, out)
 
     def f(key: str) -> str:
         return "n/a" if m[key] is None else f"{m[key]:.4g}"

@@ -1,0 +1,451 @@
+"""Constrained mechanics in Cartesian coordinates (seed 004, Finzi, Wang & Wilson 2020).
+
+States z = [x, p]: x ∈ Rⁿ the Cartesian positions of N point masses in ``spatial`` dimensions,
+body-major (n = N·spatial: x₁, y₁, x₂, y₂, …), p ∈ Rⁿ their momenta, p = M ẋ with a constant
+diagonal mass matrix M (one mass per body, repeated per coordinate). Holonomic constraints
+Φ(x) = 0 (m of them) are rigid distances, ``DistanceConstraints``: |x_i − x_j|² − l² for a link
+and |x_i − a|² − l² for a tether to the fixed point a.
+
+The constrained dynamics (seed 004, Eq. 6) keep both Φ = 0 and its time derivative
+Φ̇ = DΦ(x) M⁻¹ p = 0: with Ψ(z) = [Φ(x), Φ̇(x, p)] (2m) and G = ∇Ψ (2n × 2m),
+
+    ż = P(z) J∇H(z),   P = I − J G (Gᵀ J G)⁻¹ Gᵀ,   J w = [w_p, −w_x]
+
+(``project``). P² = P and Gᵀ P = 0, so Ψ is a first integral of this field everywhere, not only
+on the manifold; for distance constraints Ψ is quadratic in z, so a Gauss–Legendre method (which
+keeps quadratic invariants) keeps Φ and Φ̇ at their initial values to rounding and solver
+tolerance. The projection only needs DΦ, which for distances does not depend on the lengths l.
+
+``chain_pendulum(links)``: N bodies in the plane, body 1 tethered to the origin, body i linked to
+body i−1, gravity g along −y: H = Σ |p_i|²/(2 m_i) + g Σ m_i y_i. Masses and lengths are the
+reference code's: ``numpy.random.RandomState(seed)`` draws N masses then N lengths from
+U(0.6, 1.4), assigned from the last draw backwards (body 1 gets the last mass, the tether the last
+length). Initial conditions as the reference's: angles and angular velocities from N(0, 1) mapped
+to Cartesian, positions + 0.2·N(0, 1), velocities 3(0.5 v + 0.4·N(0, 1)), then Newton's method
+(minimum-norm steps) back onto Φ = 0, Φ̇ = 0.
+
+``chain_pendulum_angles(links)``: the same bodies in angle coordinates: θ_i the angle of link i
+from the downward vertical (x_i = x_{i−1} + l_i (sin θ_i, −cos θ_i)), p_θ = M(θ) θ̇ with
+M(θ)_ij = c_ij l_i l_j cos(θ_i − θ_j), c_ij = Σ_{k ≥ max(i,j)} m_k; H = ½ p_θᵀ M(θ)⁻¹ p_θ
+− g Σ_i c_ii l_i cos θ_i. Its sampler is the Cartesian one mapped to angles (``to_angles``), so a
+file of either system of one seed holds the same motion.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from hnnsym.errors import ConvergenceError
+from hnnsym.physics.systems import SYSTEMS, System
+
+GRAVITY = 9.81
+CONSTRAINT_TOL = 1e-8  # |Φ| and |Φ̇| allowed along a stored ground-truth trajectory
+
+
+# ---- constraints and the projection ----------------------------------------------------------
+
+
+class DistanceConstraints:
+    """Rigid distances between point masses: links (i, j) and tethers (i, anchor a).
+
+    Constraint k is |r_k|² − l_k² with r_k = Σ_b E_kb x_b − a_k: E the (m, N) incidence matrix
+    (+1 at i, −1 at j for a link; +1 at i for a tether) and a_k the anchor (0 for a link).
+    ``lengths`` (m,) are needed only for Φ itself; DΦ, Φ̇ and the projection do not use them.
+    """
+
+    def __init__(
+        self,
+        bodies: int,
+        spatial: int,
+        links: Sequence[tuple[int, int]],
+        tethers: Sequence[tuple[int, Sequence[float]]] = (),
+        lengths: Sequence[float] | None = None,
+    ):
+        self.bodies, self.spatial = int(bodies), int(spatial)
+        m = len(tethers) + len(links)
+        incidence = torch.zeros(m, bodies, dtype=torch.float64)
+        anchors = torch.zeros(m, spatial, dtype=torch.float64)
+        for k, (i, a) in enumerate(tethers):  # tethers first: the chain's first constraint
+            incidence[k, i] = 1.0
+            anchors[k] = torch.as_tensor(a, dtype=torch.float64)
+        for k, (i, j) in enumerate(links, start=len(tethers)):
+            incidence[k, i], incidence[k, j] = 1.0, -1.0
+        self.incidence, self.anchors = incidence, anchors
+        self.lengths = None if lengths is None else torch.as_tensor(lengths, dtype=torch.float64)
+        if self.lengths is not None and self.lengths.shape != (m,):
+            raise ValueError(f"need {m} lengths, got {tuple(self.lengths.shape)}")
+
+    @property
+    def count(self) -> int:
+        """m, the number of constraints."""
+        return self.incidence.shape[0]
+
+    @property
+    def n(self) -> int:
+        """n = N · spatial, the Cartesian position dimension."""
+        return self.bodies * self.spatial
+
+    def _bodies(self, x: Tensor) -> Tensor:
+        return x.reshape(*x.shape[:-1], self.bodies, self.spatial)
+
+    def relative(self, x: Tensor, anchored: bool = True) -> Tensor:
+        """r (..., m, spatial): E x − a (without a: E x, for velocities)."""
+        E = self.incidence.to(x)
+        r = torch.einsum("kb,...bs->...ks", E, self._bodies(x))
+        return r - self.anchors.to(x) if anchored else r
+
+    def phi(self, x: Tensor) -> Tensor:
+        """Φ(x) (..., m) = |r_k|² − l_k²."""
+        if self.lengths is None:
+            raise ValueError("these constraints have no lengths: Φ itself is undefined")
+        return (self.relative(x) ** 2).sum(-1) - self.lengths.to(x) ** 2
+
+    def _outer(self, r: Tensor) -> Tensor:
+        """2 E_kb r_k as (..., m, n)."""
+        E = self.incidence.to(r)
+        out = 2 * E[:, :, None] * r[..., :, None, :]  # (..., m, N, spatial)
+        return out.reshape(*r.shape[:-2], self.count, self.n)
+
+    def jacobian(self, x: Tensor) -> Tensor:
+        """DΦ(x) (..., m, n)."""
+        return self._outer(self.relative(x))
+
+    def velocity(self, x: Tensor, v: Tensor) -> Tensor:
+        """Φ̇ = DΦ(x) v (..., m)."""
+        return 2 * (self.relative(x) * self.relative(v, anchored=False)).sum(-1)
+
+    def velocity_jacobian(self, v: Tensor) -> Tensor:
+        """∂Φ̇/∂x at velocity v (..., m, n) (DΦ is linear in x: the Jacobian of E v)."""
+        return self._outer(self.relative(v, anchored=False))
+
+
+def constraint_gradient(
+    constraints: DistanceConstraints, x: Tensor, p: Tensor, inverse_mass: Tensor
+) -> Tensor:
+    """G = ∇_z Ψ (..., 2n, 2m) for Ψ = [Φ(x), Φ̇(x, M⁻¹p)], ``inverse_mass`` the diagonal of M⁻¹
+    (n,): columns [DΦᵀ; 0] and [(∂Φ̇/∂x)ᵀ; M⁻¹DΦᵀ]."""
+    D = constraints.jacobian(x)  # (..., m, n)
+    Dv = constraints.velocity_jacobian(p * inverse_mass)
+    top = torch.cat([D, Dv], -2)  # (..., 2m, n): ∂Ψ/∂x
+    bottom = torch.cat([torch.zeros_like(D), D * inverse_mass], -2)  # ∂Ψ/∂p
+    return torch.cat([top, bottom], -1).transpose(-1, -2)
+
+
+def apply_J(w: Tensor, dim: int = -1) -> Tensor:
+    """J w = [w_p, −w_x] along ``dim`` (the kernel's J⁻¹∇H layout)."""
+    x, p = w.chunk(2, dim=dim)
+    return torch.cat([p, -x], dim=dim)
+
+
+def project(G: Tensor, w: Tensor) -> Tensor:
+    """P w = w − J G (Gᵀ J G)⁻¹ Gᵀ w for G (..., 2n, 2m) and w (..., 2n)."""
+    JG = apply_J(G, dim=-2)
+    S = G.transpose(-1, -2) @ JG  # (..., 2m, 2m), antisymmetric
+    X = torch.linalg.solve(S, (G.transpose(-1, -2) @ w[..., None]))
+    return w - (JG @ X)[..., 0]
+
+
+def projection_matrix(G: Tensor) -> Tensor:
+    """P (..., 2n, 2n) of ``project``."""
+    eye = torch.eye(G.shape[-2], dtype=G.dtype, device=G.device)
+    return project(G[..., None, :, :], eye.expand(*G.shape[:-2], -1, -1)).transpose(-1, -2)
+
+
+def constrained_vector_field(
+    constraints: DistanceConstraints, inverse_mass: Tensor, grad: Tensor, y: Tensor
+) -> Tensor:
+    """ż = P(z) J∇H for ∇H = ``grad`` (..., 2n) at states y (..., 2n)."""
+    n = constraints.n
+    G = constraint_gradient(constraints, y[..., :n], y[..., n:], inverse_mass)
+    return project(G, apply_J(grad))
+
+
+def constraint_violation(
+    constraints: DistanceConstraints, inverse_mass: Tensor, states: Tensor
+) -> tuple[float, float]:
+    """(max |Φ|, max |Φ̇|) over states (..., 2n)."""
+    n = constraints.n
+    x, p = states[..., :n], states[..., n:]
+    phi = constraints.phi(x).abs().max()
+    phidot = constraints.velocity(x, p * inverse_mass.to(states)).abs().max()
+    return float(phi), float(phidot)
+
+
+# ---- the chain pendulum ---------------------------------------------------------------------
+
+
+def chain_parameters(links: int, seed: int = 0) -> tuple[list[float], list[float]]:
+    """(masses, lengths) of body / link 1..N as the reference code draws them: N masses then N
+    lengths from U(0.6, 1.4) by ``numpy.random.RandomState(seed)``, popped from the end."""
+    rng = np.random.RandomState(seed)
+    ms = [0.6 + 0.8 * rng.rand() for _ in range(links)]
+    ls = [0.6 + 0.8 * rng.rand() for _ in range(links)]
+    return ms[::-1], ls[::-1]
+
+
+def chain_constraints(links: int, lengths: Sequence[float] | None = None) -> DistanceConstraints:
+    """Body 0 tethered to the origin, body i linked to body i−1 (planar)."""
+    return DistanceConstraints(
+        links, 2, [(i, i - 1) for i in range(1, links)], [(0, (0.0, 0.0))], lengths
+    )
+
+
+def angle_mass_matrix(theta: Tensor, masses: Tensor, lengths: Tensor) -> Tensor:
+    """M(θ) (..., N, N) = c_ij l_i l_j cos(θ_i − θ_j), c_ij = Σ_{k ≥ max(i, j)} m_k."""
+    tail = masses.flip(0).cumsum(0).flip(0)  # Σ_{k>=i} m_k
+    idx = torch.arange(len(masses), device=theta.device)
+    c = tail[torch.maximum(idx[:, None], idx[None, :])]
+    return (
+        c
+        * lengths[:, None]
+        * lengths[None, :]
+        * torch.cos(theta[..., :, None] - theta[..., None, :])
+    )
+
+
+def to_angles(states: Tensor, masses: Tensor, lengths: Tensor) -> Tensor:
+    """Cartesian chain states [x, p] (..., 4N) on the manifold -> [θ, p_θ] (..., 2N)
+    (θ in (−π, π]; unwrap along time where needed)."""
+    N = len(masses)
+    x = states[..., : 2 * N].reshape(*states.shape[:-1], N, 2)
+    v = states[..., 2 * N :].reshape(*states.shape[:-1], N, 2) / masses[:, None]
+    r = torch.cat([x[..., :1, :], x[..., 1:, :] - x[..., :-1, :]], -2)
+    u = torch.cat([v[..., :1, :], v[..., 1:, :] - v[..., :-1, :]], -2)
+    theta = torch.atan2(r[..., 0], -r[..., 1])
+    omega = (r[..., 0] * u[..., 1] - r[..., 1] * u[..., 0]) / (r**2).sum(-1)
+    p_theta = (angle_mass_matrix(theta, masses, lengths) @ omega[..., None])[..., 0]
+    return torch.cat([theta, p_theta], -1)
+
+
+def from_angles(angles: Tensor, masses: Tensor, lengths: Tensor) -> Tensor:
+    """[θ, p_θ] (..., 2N) -> Cartesian [x, p] (..., 4N)."""
+    N = len(masses)
+    theta, p_theta = angles[..., :N], angles[..., N:]
+    omega = torch.linalg.solve(angle_mass_matrix(theta, masses, lengths), p_theta[..., None])[
+        ..., 0
+    ]
+    s, c = torch.sin(theta), torch.cos(theta)
+    x = torch.stack([lengths * s, -lengths * c], -1).cumsum(-2)
+    v = torch.stack([lengths * omega * c, lengths * omega * s], -1).cumsum(-2)
+    p = v * masses[:, None]
+    return torch.cat([x.flatten(-2), p.flatten(-2)], -1)
+
+
+def project_onto_manifold(
+    constraints: DistanceConstraints, x: Tensor, v: Tensor, tol: float = 1e-13, max_iter: int = 100
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Newton's method with minimum-norm steps on Ψ(x, v) = [Φ(x), DΦ(x) v] = 0 (velocities, not
+    momenta, as the reference): (x, v, converged (B,)). Steps are clipped to half the RMS state
+    size (the reference's safeguard)."""
+    z = torch.cat([x, v], -1)
+    n = constraints.n
+    for _ in range(max_iter):
+        xs, vs = z[..., :n], z[..., n:]
+        psi = torch.cat([constraints.phi(xs), constraints.velocity(xs, vs)], -1)
+        done = psi.abs().amax(-1) <= tol * (1 + z.abs().amax(-1))
+        if bool(done.all()):
+            break
+        D = constraints.jacobian(xs)
+        Gt = torch.cat(  # ∂Ψ/∂(x, v): (B, 2m, 2n)
+            [torch.cat([D, torch.zeros_like(D)], -1),
+             torch.cat([constraints.velocity_jacobian(vs), D], -1)], -2
+        )  # fmt: skip
+        step = -(
+            Gt.transpose(-1, -2) @ torch.linalg.solve(Gt @ Gt.transpose(-1, -2), psi[..., None])
+        )[..., 0]
+        scale = (z**2).mean(-1, keepdim=True).sqrt() / 2
+        step = torch.maximum(torch.minimum(step, scale), -scale)
+        z = torch.where(done[..., None], z, z + step)
+    xs, vs = z[..., :n], z[..., n:]
+    psi = torch.cat([constraints.phi(xs), constraints.velocity(xs, vs)], -1)
+    converged = torch.isfinite(psi).all(-1) & (psi.abs().amax(-1) <= tol * (1 + z.abs().amax(-1)))
+    return xs, vs, converged
+
+
+def chain_initial_states(
+    n: int,
+    generator: torch.Generator,
+    masses: Tensor,
+    lengths: Tensor,
+    constraints: DistanceConstraints,
+    dtype: torch.dtype = torch.float64,
+) -> Tensor:
+    """n Cartesian states (n, 4N) on the manifold by the reference recipe (module doc); a draw
+    whose Newton projection fails is replaced by the next draw of ``generator``."""
+    N = len(masses)
+    out: list[Tensor] = []
+    have = 0
+    for _ in range(100):
+        k = n - have
+        angles = torch.randn((k, 2, N), generator=generator, dtype=torch.float64)
+        cart = _angles_velocities_to_cartesian(angles[:, 0], angles[:, 1], lengths)
+        x = cart[0] + 0.2 * torch.randn((k, 2 * N), generator=generator, dtype=torch.float64)
+        v = 3 * (0.5 * cart[1] + 0.4 * torch.randn((k, 2 * N), generator=generator,
+                                                      dtype=torch.float64))  # fmt: skip
+        x, v, ok = project_onto_manifold(constraints, x, v)
+        p = v * masses.repeat_interleave(2)
+        out.append(torch.cat([x, p], -1)[ok])
+        have += int(ok.sum())
+        if have >= n:
+            return torch.cat(out)[:n].to(dtype)
+    raise ConvergenceError("the Newton projection of the initial conditions keeps failing")
+
+
+def _angles_velocities_to_cartesian(
+    theta: Tensor, omega: Tensor, lengths: Tensor
+) -> tuple[Tensor, Tensor]:
+    """(x, v) (B, 2N) of angles θ and angular velocities ω (B, N)."""
+    s, c = torch.sin(theta), torch.cos(theta)
+    x = torch.stack([lengths * s, -lengths * c], -1).cumsum(-2)
+    v = torch.stack([lengths * omega * c, lengths * omega * s], -1).cumsum(-2)
+    return x.flatten(-2), v.flatten(-2)
+
+
+class ProjectedField:
+    """The vector field ż = P(z) J∇H of a system with closed-form ∇H (``gradient(y)``)."""
+
+    def __init__(self, constraints: DistanceConstraints, inverse_mass: Tensor,
+                 gradient: Callable[[Tensor], Tensor]):  # fmt: skip
+        self.constraints, self.inverse_mass, self.gradient = constraints, inverse_mass, gradient
+
+    def __call__(self, y: Tensor) -> Tensor:
+        return constrained_vector_field(
+            self.constraints, self.inverse_mass.to(y), self.gradient(y), y
+        )
+
+
+@dataclass(frozen=True)
+class ConstrainedSystem(System):
+    """A System in Cartesian coordinates with holonomic constraints: ``vector_field`` is the
+    projected field P(z) J∇H (the kernel steps it in place of J∇H), ``position_constraints``
+    Φ(x), ``mass_matrix`` the constant M (n, n) with T = pᵀM⁻¹p / 2."""
+
+    vector_field: Callable[[Tensor], Tensor] | None = None
+    constraints: DistanceConstraints | None = None
+    masses: tuple[float, ...] = ()  # per body
+    spatial: int = 2
+    constraint_tol: float = CONSTRAINT_TOL  # generate refuses ground truth violating Φ or Φ̇ more
+
+    @property
+    def inverse_mass(self) -> Tensor:
+        """diag(M⁻¹) (n,), float64."""
+        m = torch.tensor(self.masses, dtype=torch.float64)
+        return (1 / m).repeat_interleave(self.spatial)
+
+    def position_constraints(self, x: Tensor) -> Tensor:
+        """Φ(x) (..., m) for positions x (..., n)."""
+        return self.constraints.phi(x)
+
+    def mass_matrix(self) -> Tensor:
+        """M (n, n), float64: diag(m_1, m_1, m_2, m_2, ...)."""
+        return torch.diag(1 / self.inverse_mass)
+
+    def constraint_violation(self, states: Tensor) -> tuple[float, float]:
+        """(max |Φ|, max |Φ̇|) over states (..., 2n)."""
+        return constraint_violation(self.constraints, self.inverse_mass, states)
+
+
+def _links(links: float) -> int:
+    if int(links) != links or links < 1:
+        raise ValueError(f"links must be a whole number >= 1, got {links}")
+    return int(links)
+
+
+def _chain(links: float, parameter_seed: float, masses: Sequence[float] | None,
+           lengths: Sequence[float] | None) -> tuple[int, list[float], list[float]]:  # fmt: skip
+    """(N, masses, lengths): drawn from ``parameter_seed``, or as given (each N positive)."""
+    N = _links(links)
+    if int(parameter_seed) != parameter_seed or parameter_seed < 0:
+        raise ValueError(f"parameter_seed must be a whole number >= 0, got {parameter_seed}")
+    drawn = chain_parameters(N, int(parameter_seed))
+    out = []
+    for name, given, default in (("masses", masses, drawn[0]), ("lengths", lengths, drawn[1])):
+        values = default if given is None else [float(v) for v in given]
+        if len(values) != N or not all(math.isfinite(v) and v > 0 for v in values):
+            raise ValueError(f"{name} must be {N} positive numbers, got {given}")
+        out.append(values)
+    return N, out[0], out[1]
+
+
+def chain_pendulum(
+    links: int = 3,
+    parameter_seed: int = 0,
+    g: float = GRAVITY,
+    masses: Sequence[float] | None = None,
+    lengths: Sequence[float] | None = None,
+) -> ConstrainedSystem:
+    """The N-link chain pendulum in Cartesian coordinates (module doc); d = 2N. ``masses`` and
+    ``lengths`` (body / link 1..N) default to the reference's draws from ``parameter_seed``."""
+    N, masses, lengths = _chain(links, parameter_seed, masses, lengths)
+    m = torch.tensor(masses, dtype=torch.float64)
+    l_ = torch.tensor(lengths, dtype=torch.float64)
+    constraints = chain_constraints(N, lengths)
+    inverse_mass = (1 / m).repeat_interleave(2)
+    gravity_grad = torch.stack([torch.zeros_like(m), g * m], -1).flatten()  # ∇V, constant
+
+    def H(y: Tensor) -> Tensor:
+        x, p = y[..., : 2 * N], y[..., 2 * N :]
+        return 0.5 * (p**2 * inverse_mass.to(y)).sum(-1) + (x * gravity_grad.to(y)).sum(-1)
+
+    def gradient(y: Tensor) -> Tensor:
+        p = y[..., 2 * N :]
+        return torch.cat([gravity_grad.to(y).expand_as(p), p * inverse_mass.to(y)], -1)
+
+    def sampler(n: int, generator: torch.Generator, dtype=torch.float64) -> Tensor:
+        return chain_initial_states(n, generator, m, l_, constraints, dtype)
+
+    reach = float(sum(lengths))
+    speed = (10.0 + 4.0 * N) * float(max(masses))  # a box for grids: wider than any draw seen
+    box = ((-reach, reach),) * (2 * N) + ((-speed, speed),) * (2 * N)
+    return ConstrainedSystem(
+        "chain_pendulum", 2 * N, H, box,
+        {"links": N, "parameter_seed": int(parameter_seed), "g": float(g),
+         "masses": list(masses), "lengths": list(lengths)},
+        description=f"{N}-link chain pendulum in Cartesian coordinates, g = {g} along -y",
+        sampler=sampler,
+        vector_field=ProjectedField(constraints, inverse_mass, gradient),
+        constraints=constraints, masses=tuple(masses),
+    )  # fmt: skip
+
+
+def chain_pendulum_angles(
+    links: int = 3,
+    parameter_seed: int = 0,
+    g: float = GRAVITY,
+    masses: Sequence[float] | None = None,
+    lengths: Sequence[float] | None = None,
+) -> System:
+    """The same chain in angle coordinates (θ, p_θ), d = N (module doc)."""
+    N, masses, lengths = _chain(links, parameter_seed, masses, lengths)
+    m = torch.tensor(masses, dtype=torch.float64)
+    l_ = torch.tensor(lengths, dtype=torch.float64)
+    cart = chain_constraints(N, lengths)
+    tail = m.flip(0).cumsum(0).flip(0)
+
+    def H(y: Tensor) -> Tensor:
+        theta, p = y[..., :N], y[..., N:]
+        M = angle_mass_matrix(theta, m.to(y), l_.to(y))
+        v = torch.linalg.solve(M, p[..., None])[..., 0]
+        return 0.5 * (p * v).sum(-1) - g * (tail.to(y) * l_.to(y) * torch.cos(theta)).sum(-1)
+
+    def sampler(n: int, generator: torch.Generator, dtype=torch.float64) -> Tensor:
+        states = chain_initial_states(n, generator, m, l_, cart, torch.float64)
+        return to_angles(states, m, l_).to(dtype)
+
+    box = ((-math.pi, math.pi),) * N + ((-20.0 * N * N, 20.0 * N * N),) * N
+    return System(
+        "chain_pendulum_angles", N, H, box,
+        {"links": N, "parameter_seed": int(parameter_seed), "g": float(g),
+         "masses": list(masses), "lengths": list(lengths)},
+        description=f"{N}-link chain pendulum in angle coordinates (theta, p_theta)",
+        sampler=sampler,
+    )  # fmt: skip
+
+
+SYSTEMS.update(chain_pendulum=chain_pendulum, chain_pendulum_angles=chain_pendulum_angles)
