@@ -118,8 +118,11 @@ class TrainSchema:
     val_batch_size: int = checked(ge(1))
     max_train: int | None = checked(ge(1), nullable=True)
     max_val: int | None = checked(ge(1), nullable=True)
-    init: str = checked(one_of("observed", "smoothed"))
+    init: str = checked(one_of("observed", "smoothed", "learned"))
     init_iterations: int = checked(ge(1))
+    init_lr: float | None = checked(gt(0), nullable=True)
+    ema: float | None = checked(Rule("in (0, 1]", lambda v: 0 < v <= 1), nullable=True)
+    ema_start: int = checked(ge(1))
     resume: Any = MISSING  # true | false | auto
     overwrite: bool = MISSING
     progress: bool = MISSING

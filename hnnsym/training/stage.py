@@ -21,7 +21,7 @@ from hnnsym.ode.gradients import gradient_from_config
 from hnnsym.ode.integrators import integrator_from_config
 from hnnsym.physics.systems import get_system
 from hnnsym.training.checkpoints import load_checkpoint, provenance, resume_from
-from hnnsym.training.losses import LossContext, data_problem
+from hnnsym.training.losses import LearnedStarts, LossContext, data_problem
 from hnnsym.training.trainer import (
     TrainData,
     Trainer,
@@ -134,8 +134,12 @@ def build_trainer(
     scheduler = build_scheduler(t, optimizer)
     container = OmegaConf.to_container(cfg, resolve=True)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    starts = None
+    if t.init == "learned":
+        lr = LearnedStarts.default_lr(t.window, t.segments) if t.init_lr is None else t.init_lr
+        starts = LearnedStarts(trajectories, t.segments, lr)
     return Trainer(
         model, loss, optimizer, scheduler,
         TrainData(trajectories, val_windows, generator), TrainOptions.from_config(t), run_dir,
-        provenance(container, model_cfg, dim, system, data_file),
+        provenance(container, model_cfg, dim, system, data_file), starts,
     )  # fmt: skip
