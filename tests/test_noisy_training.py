@@ -15,7 +15,7 @@ from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.solve import solve
 from hnnsym.physics.systems import double_well
 from hnnsym.training.losses import LearnedStarts, WindowLoss
-from hnnsym.training.stage import train
+from hnnsym.training.stage import build_trainer, train
 from hnnsym.training.trainer import TrainData, Trainer, TrainOptions, WeightAverage
 
 
@@ -192,3 +192,18 @@ def test_default_off_options_train_the_bits_of_plain_adam_on_random_windows(comp
     assert all(torch.equal(p, q) for p, q in zip(trainer.model.parameters(), model.parameters()))
     payload = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
     assert not {"raw_model", "average", "learned_states"} & set(payload)
+
+
+def test_val_window_sets_the_validation_windows_and_is_checked(compose_config, tiny_dataset,
+                                                               tmp_path):  # fmt: skip
+    path = tiny_dataset(sizes={"train": (8, 6), "val": (4, 6), "test": (2, 9)})
+    cfg = compose_config("train", stage_overrides(path, tmp_path / "run", "train.val_window=6"))
+    cfg = validated(cfg, "system", "noise", "train")
+    data = torch.randn(8, 7, 2, dtype=torch.float64)
+    trainer = build_trainer(cfg, tmp_path / "run", data, data[:4], 0.1, 1, path,
+                            {"name": "double_well", "params": {}})  # fmt: skip
+    assert trainer.val_windows.shape == (7, 4, 2)  # 6 steps, not train.window=4
+    bad = compose_config("train", stage_overrides(path, tmp_path / "run", "train.val_window=5",
+                                                  "train.segments=2"))  # fmt: skip
+    with pytest.raises(UserError, match=r"train.val_window \(5\) must be a multiple"):
+        validated(bad, "train")

@@ -116,6 +116,7 @@ class TrainSchema:
     plateau: PlateauSchema = field(default_factory=PlateauSchema)
     early_stop: EarlyStopSchema = field(default_factory=EarlyStopSchema)
     val_batch_size: int = checked(ge(1))
+    val_window: int | None = checked(ge(1), nullable=True)
     max_train: int | None = checked(ge(1), nullable=True)
     max_val: int | None = checked(ge(1), nullable=True)
     init: str = checked(one_of("observed", "smoothed", "learned"))
@@ -225,6 +226,9 @@ def _train_rules(cfg: DictConfig) -> str | None:
     t = cfg.train
     if t.window % t.segments:
         return f"train.window ({t.window}) must be a multiple of train.segments ({t.segments})"
+    if t.val_window is not None and t.val_window % t.segments:
+        return (f"train.val_window ({t.val_window}) must be a multiple of train.segments "
+                f"({t.segments})")  # fmt: skip
     if "integrator" in cfg and cfg.integrator.get("predictor") == "observed" and t.substeps != 1:
         return "integrator.predictor=observed needs train.substeps=1"
     return None

@@ -112,7 +112,8 @@ def build_trainer(
     model = build_model(cfg.model, dim).to(device=trajectories.device, dtype=trajectories.dtype)
     generator = torch.Generator().manual_seed(cfg.seed)
     val_generator = torch.Generator().manual_seed(cfg.seed + 1_000_003)
-    val_windows = random_windows(val, t.window, torch.arange(val.shape[0]), val_generator)
+    val_window = t.window if t.val_window is None else t.val_window
+    val_windows = random_windows(val, val_window, torch.arange(val.shape[0]), val_generator)
     try:
         integrator = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
         gradient = gradient_from_config(OmegaConf.to_container(cfg.gradient, resolve=True))
