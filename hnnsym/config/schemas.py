@@ -129,10 +129,14 @@ class TrainSchema:
     plateau: PlateauSchema = field(default_factory=PlateauSchema)
     early_stop: EarlyStopSchema = field(default_factory=EarlyStopSchema)
     val_batch_size: int = checked(ge(1))
+    val_window: int | None = checked(ge(1), nullable=True)
     max_train: int | None = checked(ge(1), nullable=True)
     max_val: int | None = checked(ge(1), nullable=True)
-    init: str = checked(one_of("observed", "smoothed"))
+    init: str = checked(one_of("observed", "smoothed", "learned"))
     init_iterations: int = checked(ge(1))
+    init_lr: float | None = checked(gt(0), nullable=True)
+    ema: float | None = checked(Rule("in (0, 1]", lambda v: 0 < v <= 1), nullable=True)
+    ema_start: int = checked(ge(1))
     resume: Any = MISSING  # true | false | auto
     overwrite: bool = MISSING
     progress: bool = MISSING
@@ -235,6 +239,9 @@ def _train_rules(cfg: DictConfig) -> str | None:
     t = cfg.train
     if t.window % t.segments:
         return f"train.window ({t.window}) must be a multiple of train.segments ({t.segments})"
+    if t.val_window is not None and t.val_window % t.segments:
+        return (f"train.val_window ({t.val_window}) must be a multiple of train.segments "
+                f"({t.segments})")  # fmt: skip
     if "integrator" in cfg and cfg.integrator.get("predictor") == "observed" and t.substeps != 1:
         return "integrator.predictor=observed needs train.substeps=1"
     return None

@@ -8,11 +8,11 @@ from torch import Tensor
 from hnnsym.errors import DataError
 
 
-def random_windows(
+def window_times(
     observed: Tensor, window: int, batch_index: Tensor, generator: torch.Generator
 ) -> Tensor:
-    """For each trajectory ``batch_index[b]`` of ``observed`` (N, T+1, 2d), the window+1 states from
-    a uniform random start s in [0, T - window]: (window+1, B, 2d), time-major like ``integrate``.
+    """The observation indices (B, window+1) of one window per trajectory ``batch_index[b]`` of
+    ``observed`` (N, T+1, 2d): s, ..., s + window from a uniform random start s in [0, T - window].
 
     Starts are drawn on ``generator``'s device, one per trajectory, in batch order.
     """
@@ -28,6 +28,19 @@ def random_windows(
     starts = torch.randint(
         0, steps - window + 1, (batch_index.shape[0],), generator=generator, device=generator.device
     ).to(observed.device)
-    times = starts[:, None] + torch.arange(window + 1, device=observed.device)
+    return starts[:, None] + torch.arange(window + 1, device=observed.device)
+
+
+def take_windows(observed: Tensor, batch_index: Tensor, times: Tensor) -> Tensor:
+    """The states ``observed[batch_index[b], times[b, t]]`` as (window+1, B, 2d), time-major."""
     rows = batch_index.to(observed.device)[:, None]
     return observed[rows, times].transpose(0, 1).contiguous()
+
+
+def random_windows(
+    observed: Tensor, window: int, batch_index: Tensor, generator: torch.Generator
+) -> Tensor:
+    """For each trajectory ``batch_index[b]`` of ``observed`` (N, T+1, 2d), the window+1 states from
+    a uniform random start (``window_times``): (window+1, B, 2d), time-major like ``integrate``."""
+    times = window_times(observed, window, batch_index, generator)
+    return take_windows(observed, batch_index, times)

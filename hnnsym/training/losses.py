@@ -18,6 +18,10 @@ same for all.
   of the profiled loss min_z L(θ, z) is ∂L/∂θ at z (envelope theorem). The noise of z is about
   σ/√(τ+1) instead of σ, and so is the errors-in-variables bias that the noise of y_0 puts on the
   learned field.
+  ``init="learned"`` (SRNN, Chen et al. 2020): ŷ_0 = z, a free state per training observation
+  (``LearnedStarts``), refined jointly with θ; the loss then also counts t = 0,
+  L = Σ_{t=0..τ} ||ŷ_t − y_t||² (the least-squares fit of a trajectory to its observations).
+  Validation windows have no learned states and start from y_0.
 ``FiniteDifferenceLoss``, point midpoint / euler (SHNN, David & Méhats 2023):
     L = Σ_{t=0..τ−1} ||(y_{t+1} − y_t)/h − f_θ(m_t)||²,  m_t = (y_t + y_{t+1})/2, or (q_{t+1}, p_t)
   no solver in the loop: H_θ is fitted so that the implicit midpoint (symplectic Euler) step of
@@ -55,7 +59,7 @@ from hnnsym.ode.lagrangian import EXPLICIT, explicit_step
 from hnnsym.ode.problem import SolverStats
 from hnnsym.ode.solve import solve
 
-INITS = ("observed", "smoothed")
+INITS = ("observed", "smoothed", "learned")
 
 
 @dataclass
@@ -146,16 +150,69 @@ class WindowLoss(Loss, LossContext):
                 z = z + (windows - pred).mean(0)
         return z.detach()
 
-    def evaluate(self, model: nn.Module, windows: Tensor) -> LossValue:
+    def evaluate(self, model: nn.Module, windows: Tensor, y0: Tensor | None = None) -> LossValue:
+        """The loss of ``windows`` (τ+1, B, 2d); ``y0`` (S·B, 2d, segment-major: row k·B + b is
+        segment k of window b) gives the starts (learned ones), and the loss then counts t = 0."""
         tau = windows.shape[0] - 1
         if self.segments > 1:
             length = tau // self.segments
             windows = torch.cat(
                 [windows[k * length : (k + 1) * length + 1] for k in range(self.segments)], dim=1
             )
-        y0 = self.smoothed_start(model, windows) if self.init == "smoothed" else windows[0]
+        first = 1
+        if y0 is not None:
+            first = 0
+        elif self.init == "smoothed":
+            y0 = self.smoothed_start(model, windows)
+        else:
+            y0 = windows[0]
         pred, stats = self.rollout(model, y0, windows, self.gradient)
-        return LossValue(((pred[1:] - windows[1:]) ** 2).sum(dim=(0, 2)).mean(), stats)
+        return LossValue(((pred[first:] - windows[first:]) ** 2).sum(dim=(0, 2)).mean(), stats)
+
+
+class LearnedStarts:
+    """Free start states of ``init="learned"`` (SRNN): one per training observation,
+    ``states`` (N, T+1, 2d), initialised at the observations. A window at times s..s+τ of
+    trajectory n cut into S segments of L = τ/S steps starts segment k from states[n, s + kL].
+
+    They are refined by plain SGD on each window's own loss ℓ_b = Σ_{t=0..L} ||Φ_t(z) − y_t||²:
+    z ← z − lr ∂ℓ_b/∂z, once per optimizer step of θ, only the starts of the batch moving.
+    With ∂Φ_t/∂z ≈ I, ∂²ℓ_b/∂z² ≈ 2(L+1) I, and lr = 1/(2(L+1)) would be a Gauss–Newton step
+    (z jumps to the start that fits the window under the current flow); the flow stretches some
+    directions (by e^{Lh} near the double well's saddle), which makes that step overshoot, so the
+    default (``default_lr``) is half of it, 1/(4(L+1)): the error contracts by about half per
+    step while the mean of ∂Φ_tᵀ∂Φ_t stays below 4.
+    """
+
+    def __init__(self, observed: Tensor, segments: int, lr: float):
+        self.states = observed.detach().clone()
+        self.segments, self.lr = int(segments), float(lr)
+        self._where: tuple[Tensor, Tensor] | None = None
+
+    @staticmethod
+    def default_lr(window: int, segments: int) -> float:
+        return 1.0 / (4 * (window // segments + 1))
+
+    def select(self, batch_index: Tensor, times: Tensor) -> Tensor:
+        """The starts (S·B, 2d), segment-major as ``WindowLoss.evaluate`` takes them, of the
+        windows at ``times`` (B, τ+1) of trajectories ``batch_index`` (B,): a leaf that requires
+        grad, for ``step``."""
+        length = (times.shape[1] - 1) // self.segments
+        rows = batch_index.to(self.states.device)[:, None]
+        cols = times[:, : self.segments * length : length]  # (B, S) segment starts
+        self._where = (rows, cols)
+        z = self.states[rows, cols].transpose(0, 1).reshape(-1, self.states.shape[-1])
+        return z.detach().requires_grad_(True)
+
+    def step(self, z: Tensor) -> None:
+        """Move the starts ``select`` gave by z.grad, the gradient of a loss that is the mean of
+        the windows' losses over the S·B rows (so z.grad · S·B is ∂ℓ_b/∂z)."""
+        if z.grad is None or self._where is None:
+            raise RuntimeError("LearnedStarts.step needs the z of select() after backward()")
+        rows, cols = self._where
+        moved = (z - self.lr * z.shape[0] * z.grad).detach()
+        self.states[rows, cols] = moved.reshape(self.segments, -1, z.shape[-1]).transpose(0, 1)
+        self._where = None
 
 
 @dataclass

@@ -21,7 +21,7 @@ from hnnsym.ode.gradients import gradient_from_config
 from hnnsym.ode.integrators import integrator_from_config
 from hnnsym.physics.systems import MEASURED, system_from_config
 from hnnsym.training.checkpoints import load_checkpoint, provenance, resume_from
-from hnnsym.training.losses import LossContext, data_problem
+from hnnsym.training.losses import LearnedStarts, LossContext, data_problem
 from hnnsym.training.trainer import (
     TrainData,
     Trainer,
@@ -123,7 +123,8 @@ def build_trainer(
     model = build_model(cfg.model, dim).to(device=trajectories.device, dtype=trajectories.dtype)
     generator = torch.Generator().manual_seed(cfg.seed)
     val_generator = torch.Generator().manual_seed(cfg.seed + 1_000_003)
-    val_windows = random_windows(val, t.window, torch.arange(val.shape[0]), val_generator)
+    val_window = t.window if t.val_window is None else t.val_window
+    val_windows = random_windows(val, val_window, torch.arange(val.shape[0]), val_generator)
     try:
         integrator = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
         gradient = gradient_from_config(OmegaConf.to_container(cfg.gradient, resolve=True))
@@ -145,8 +146,12 @@ def build_trainer(
     scheduler = build_scheduler(t, optimizer)
     container = OmegaConf.to_container(cfg, resolve=True)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    starts = None
+    if t.init == "learned":
+        lr = LearnedStarts.default_lr(t.window, t.segments) if t.init_lr is None else t.init_lr
+        starts = LearnedStarts(trajectories, t.segments, lr)
     return Trainer(
         model, loss, optimizer, scheduler,
         TrainData(trajectories, val_windows, generator), TrainOptions.from_config(t), run_dir,
-        provenance(container, model_cfg, dim, system, data_file),
+        provenance(container, model_cfg, dim, system, data_file), starts,
     )  # fmt: skip

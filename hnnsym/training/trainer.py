@@ -20,14 +20,15 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
+from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
 from hnnsym.artifacts import atomic_path, now_utc
-from hnnsym.data.windows import random_windows
+from hnnsym.data.windows import take_windows, window_times
 from hnnsym.errors import ConvergenceError, UserError
 from hnnsym.ode.problem import SolverStats
 from hnnsym.training.checkpoints import best_path, last_path, save_checkpoint, trained_options
-from hnnsym.training.losses import evaluate_loss
+from hnnsym.training.losses import LearnedStarts, evaluate_loss
 
 
 @dataclass
@@ -57,13 +58,16 @@ class TrainOptions:
     min_delta: float
     schedule: str = "plateau"  # the scheduler's name, recorded so a resume can refuse another
     progress: bool = True
+    ema: float | None = None  # decay β of the weight average (WeightAverage); None: off
+    ema_start: int = 1  # the first epoch whose optimizer steps are averaged
 
     @classmethod
     def from_config(cls, t: DictConfig) -> TrainOptions:
+        ema = None if t.get("ema") is None else float(t.ema)
         return cls(
             int(t.epochs), int(t.batch_size), int(t.window), int(t.val_batch_size),
             int(t.early_stop.patience), float(t.early_stop.min_delta), str(t.schedule),
-            bool(t.progress),
+            bool(t.progress), ema, int(t.get("ema_start", 1)),
         )  # fmt: skip
 
 
@@ -102,8 +106,38 @@ def few_steps_advice(trajectories: int, batch_size: int) -> str | None:
     return f"try train.batch_size={suggested} ({steps} steps per epoch)"
 
 
+class WeightAverage(AveragedModel):
+    """An average θ̄ of the optimizer's iterates θ_1, θ_2, ... (one per step):
+
+        θ̄_n = θ̄_{n−1} + a_n (θ_n − θ̄_{n−1}),   a_n = max(1 − β, 1/n),
+
+    the plain mean of the iterates while n <= 1/(1 − β), an exponential moving average with
+    decay β (horizon 1/(1 − β) steps) after; β = 1 is stochastic weight averaging (the mean of
+    all). Unlike a bare EMA started at θ_1 it forgets the random initialisation at once.
+    ``module`` holds θ̄; ``n_averaged`` (a buffer, in the state dict) counts the steps.
+    """
+
+    def __init__(self, model: nn.Module, decay: float):
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"the weight average's decay must be in (0, 1], got {decay}")
+        self.decay = float(decay)
+        super().__init__(model, avg_fn=self._average, use_buffers=False)
+
+    def _average(self, averaged: Tensor, current: Tensor, n: Tensor) -> Tensor:
+        """θ̄ after the (n+1)-th iterate (n of them averaged before)."""
+        weight = max(1.0 - self.decay, 1.0 / (int(n) + 1))
+        return averaged + weight * (current - averaged)
+
+
 class Trainer:
-    """Epoch loop, validation, checkpoints (last.pt every epoch, best.pt on improvement)."""
+    """Epoch loop, validation, checkpoints (last.pt every epoch, best.pt on improvement).
+
+    With ``options.ema`` the weight average (``WeightAverage``) of the optimizer's iterates is what
+    is validated and checkpointed as ``model`` (early stopping, the plateau schedule and best.pt
+    see it); the raw weights, which the optimizer keeps stepping, are saved beside it for resume.
+    With ``starts`` (``init="learned"``) each batch's windows start from their learned states,
+    which take one step per batch after θ's.
+    """
 
     def __init__(
         self,
@@ -115,11 +149,24 @@ class Trainer:
         options: TrainOptions,
         run_dir: Path,
         provenance: dict,
+        starts: LearnedStarts | None = None,
     ):
         self.model, self.loss, self.optimizer, self.scheduler = model, loss, optimizer, scheduler
         self.train, self.val_windows, self.generator = data.train, data.val_windows, data.generator
         self.options, self.run_dir, self.provenance = options, Path(run_dir), provenance
+        self.starts = starts
+        self.average = None if options.ema is None else WeightAverage(model, options.ema)
         self.state = TrainState()
+
+    @property
+    def averaging(self) -> bool:
+        """Whether the weight average holds any iterate yet (then it is the model of record)."""
+        return self.average is not None and int(self.average.n_averaged) > 0
+
+    @property
+    def model_of_record(self) -> nn.Module:
+        """What is validated and checkpointed: the weight average once it has begun, else θ."""
+        return self.average.module if self.averaging else self.model
 
     # ---- checkpoints -------------------------------------------------------------------------
     @property
@@ -131,9 +178,16 @@ class Trainer:
         return best_path(self.run_dir)
 
     def payload(self) -> dict:
+        extra = {}
+        if self.average is not None:
+            extra["raw_model"] = self.model.state_dict()
+            extra["average"] = self.average.state_dict()
+        if self.starts is not None:
+            extra["learned_states"] = self.starts.states
         return {
             **self.provenance,
-            "model": self.model.state_dict(),
+            **extra,
+            "model": self.model_of_record.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "generator": self.generator.get_state(),
@@ -150,15 +204,24 @@ class Trainer:
                 f"checkpoint {path} holds model {payload.get('model_config')}, but the config asks "
                 f"for {self.provenance['model_config']}; resume with the overrides it was trained with"
             )
+        options = trained_options(payload)
+        for key, ours in (("schedule", self.options.schedule), ("ema", self.options.ema),
+                          ("init", "learned" if self.starts is not None else None)):  # fmt: skip
+            saved = options.get(key, {"schedule": "plateau"}.get(key))
+            if key == "init" and saved != "learned":
+                saved = None  # observed and smoothed keep no state: either may resume the other
+            if saved != ours:
+                shown = "null" if saved is None else saved
+                raise UserError(f"checkpoint {path} was trained with train.{key}={shown}; "
+                                "resume with it")  # fmt: skip
         try:
-            self.model.load_state_dict(payload["model"])
+            self.model.load_state_dict(payload.get("raw_model", payload["model"]))
+            if self.average is not None:
+                self.average.load_state_dict(payload["average"])
         except RuntimeError as err:
             raise UserError(f"checkpoint {path} does not fit the model: {err}") from err
-        saved = trained_options(payload).get("schedule", "plateau")
-        if saved != self.options.schedule:
-            raise UserError(
-                f"checkpoint {path} was trained with train.schedule={saved}; resume with it"
-            )
+        if self.starts is not None:
+            self.starts.states.copy_(payload["learned_states"])
         self.optimizer.load_state_dict(payload["optimizer"])
         self.scheduler.load_state_dict(payload["scheduler"])
         self.generator.set_state(payload["generator"])
@@ -176,7 +239,7 @@ class Trainer:
             size = self.options.val_batch_size
             for start in range(0, n, size):
                 w = self.val_windows[:, start : start + size]
-                total += float(self.loss(self.model, w)) * w.shape[1]
+                total += float(self.loss(self.model_of_record, w)) * w.shape[1]
         return total / n
 
     def run_epoch(self) -> dict:
@@ -193,9 +256,14 @@ class Trainer:
         )  # fmt: skip
         for k, idx in enumerate(bar):
             self._check_interrupt()
-            windows = random_windows(self.train, t.window, idx, self.generator)
+            times = window_times(self.train, t.window, idx, self.generator)
+            windows = take_windows(self.train, idx, times)
             self.optimizer.zero_grad(set_to_none=True)
-            value = evaluate_loss(self.loss, self.model, windows)
+            if self.starts is not None:
+                z = self.starts.select(idx, times)
+                value = self.loss.evaluate(self.model, windows, y0=z)
+            else:
+                value = evaluate_loss(self.loss, self.model, windows)
             loss = value.value
             if not torch.isfinite(loss):
                 raise _Diverged(f"loss {loss.item()} at epoch {self.state.epoch + 1}, batch {k}")
@@ -210,6 +278,10 @@ class Trainer:
                 raise _Diverged(
                     f"non-finite parameters after the step at epoch {self.state.epoch + 1}, batch {k}"
                 )
+            if self.starts is not None:
+                self.starts.step(z)
+            if self.average is not None and self.state.epoch + 1 >= t.ema_start:
+                self.average.update_parameters(self.model)
             running += (loss.item() - running) / (k + 1)
             bar.set_postfix(loss=f"{running:.3e}")
         val = self.validate()
