@@ -57,8 +57,8 @@ comma := ,
 empty :=
 space := $(empty) $(empty)
 T1_AXES = system=$(subst $(space),$(comma),$(T1_SYSTEMS)) seed=$(subst $(space),$(comma),$(T1_SEEDS))
-T1_METHODS := table1,table1_long,table1_smoothed,table1_shnn,table1_nssnn,table1_hnn_derivative,table1_node
-NOISE_METHODS := table1,table1_smoothed,table1_shnn,table1_nssnn
+T1_METHODS := table1,table1_long,table1_smoothed,table1_ema,table1_shnn,table1_nssnn,table1_hnn_derivative,table1_node
+NOISE_METHODS := table1,table1_smoothed,table1_ema,table1_shnn,table1_nssnn
 NOISES := none low medium high
 
 define generate_missing

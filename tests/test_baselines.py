@@ -359,7 +359,10 @@ def test_experiments_select_each_method(compose_config):
         "table1_nssnn": ("nssnn", "tao", "backprop", "observed"),
         "table1_node": ("node", "rk4", "backprop", "observed"),
         "table1_smoothed": ("hnn", "implicit_midpoint", "symplectic_adjoint", "smoothed"),
+        "table1_ema": ("hnn", "implicit_midpoint", "symplectic_adjoint", "observed"),
     }
+    assert compose_config("train", ["experiment=table1_ema"]).train.ema == 0.99
+    assert compose_config("train", ["experiment=table1"]).train.ema is None
     dirs = set()
     for exp, (model, integ, grad, init) in expected.items():
         for stage in ("train", "evaluate"):
@@ -385,11 +388,12 @@ def test_method_nssnn_selects_tao_and_backprop(compose_config):
 
 
 def fake_run(root: Path, system: str, model: str, noise: str, seed: int, h_l1: float | None,
-             wall: tuple[float, ...] = (10.0, 20.0, 30.0), init: str | None = None) -> None:  # fmt: skip
+             wall: tuple[float, ...] = (10.0, 20.0, 30.0), init: str | None = None,
+             ema: float | None = None) -> None:  # fmt: skip
     """A run dir as train + evaluate leave it (config.yaml, metrics.csv, eval/metrics.json)."""
     run = root / system / model / noise / f"seed{seed}"
     (run / "eval").mkdir(parents=True)
-    train = {"epochs": 3, "lr": 0.01} | ({"init": init} if init else {})
+    train = {"epochs": 3, "lr": 0.01} | ({"init": init} if init else {}) | {"ema": ema}
     config = {"seed": seed, "system": {"name": system}, "model": {"name": model},
               "noise": {"name": noise, "std": {"none": 0.0, "low": 0.01, "high": 0.1}[noise]},
               "integrator": {"name": "implicit_midpoint"}, "train": train,
@@ -409,6 +413,7 @@ def test_table1_aggregates_runs_beside_the_paper_and_sweeps_noise(tmp_path):
         fake_run(root, "double_well", "hnn", "low", seed, err, wall=(5.0, 10.0 + seed, 15.0))
         fake_run(root, "double_well", "hnn", "high", seed, 10 * err)
         fake_run(root / "smoothed", "double_well", "hnn", "low", seed, err / 2, init="smoothed")
+        fake_run(root / "ema", "double_well", "hnn", "low", seed, err / 4, ema=0.99)
     fake_run(root, "double_well", "node", "low", 0, None)
     fake_run(root, "henon_heiles", "shnn", "low", 0, 0.05)
     table, notes = build_table1([str(root)])
@@ -419,6 +424,7 @@ def test_table1_aggregates_runs_beside_the_paper_and_sweeps_noise(tmp_path):
     assert ours["time_to_best_mean"] == pytest.approx(10.5)  # wall time at the best val loss
     assert ours["paper_h_l1_mean"] == 0.00035 and ours["paper_runtime_mean"] == 100.16
     assert rows.loc[("double_well", "This work, smoothed y0"), "h_l1_mean"] == pytest.approx(0.001)
+    assert rows.loc[("double_well", "This work, EMA"), "h_l1_mean"] == pytest.approx(0.0005)
     assert math.isnan(rows.loc[("double_well", "NODE"), "h_l1_mean"])
     assert rows.loc[("henon_heiles", "SHNN"), "paper_h_l1_mean"] == 0.07238
     assert rows.loc[("coupled_oscillator", "NSSNN"), "n"] == 0  # paper only

@@ -40,6 +40,7 @@ SYSTEMS = ("double_well", "coupled_oscillator", "henon_heiles")
 METHODS = {
     "This work": "hnn",
     "This work, smoothed y0": "hnn",
+    "This work, EMA": "hnn",
     "SHNN": "shnn",
     "NSSNN": "nssnn",
     "HNN (derivative)": "hnn_derivative",
@@ -76,10 +77,13 @@ NOISE_METRICS = ("h_l1", "h_l1_rel", "vf_rel", "traj_mse", "vpt_mean")
 # ---- methods --------------------------------------------------------------------------------
 
 
-def method_label(method: str, init: object = None) -> str:
-    """The Table 1 method of a run from its method name and train.init (missing: observed)."""
+def method_label(method: str, init: object = None, ema: object = None) -> str:
+    """The Table 1 method of a run from its method name, train.init (missing: observed) and
+    train.ema (missing or NaN: no weight average)."""
     if method == "hnn":
-        return "This work, smoothed y0" if init == "smoothed" else "This work"
+        if init == "smoothed":
+            return "This work, smoothed y0"
+        return "This work, EMA" if isinstance(ema, (int, float)) and ema == ema else "This work"
     names = {m: label for label, m in METHODS.items() if m != "hnn"}
     return names.get(method, method)
 
@@ -87,9 +91,11 @@ def method_label(method: str, init: object = None) -> str:
 def with_methods(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs (one row per run, flattened config as ``runs.load_runs`` gives them) with a
     ``method`` column."""
-    init = runs["train.init"] if "train.init" in runs else pd.Series(None, index=runs.index)
+    none = pd.Series(None, index=runs.index)
+    init = runs["train.init"] if "train.init" in runs else none
+    ema = runs["train.ema"] if "train.ema" in runs else none
     out = runs.copy()
-    out["method"] = [method_label(m, i) for m, i in zip(method_names(runs), init)]
+    out["method"] = [method_label(m, i, a) for m, i, a in zip(method_names(runs), init, ema)]
     return out
 
 
@@ -97,7 +103,7 @@ def extra_keys(runs: pd.DataFrame, config_keys: Iterable[str], ignore: Iterable[
     """Config keys that vary within a (system, method) group, bookkeeping keys and ``ignore``
     (dotted prefixes cover their keys) left out."""
     ignore = set(ignore) | set(IDENTITY_KEYS)
-    ignore |= {"system.name", "method.name", "model.name", "train.init", "noise"}
+    ignore |= {"system.name", "method.name", "model.name", "train.init", "train.ema", "noise"}
     groups = [runs["system.name"], runs["method"]]
     return [
         k for k in config_keys
