@@ -110,11 +110,11 @@ class SymplecticAdjoint(StepwiseAdjoint):
             Y_ = Y.reshape(s * c * B, dim).detach().requires_grad_(True)
             F = problem.f(Y_, create_graph=True)
             eye = torch.eye(dim, dtype=y.dtype, device=y.device)
-            rows = [
-                torch.autograd.grad(F, Y_, eye[k].expand_as(F), retain_graph=True)[0]
-                for k in range(dim)
-            ]
-        D = torch.stack(rows, dim=-2).reshape(s, c, B, dim, dim)  # D[i, t, b, k, m] = ∂f_k/∂y_m
+            (rows,) = torch.autograd.grad(
+                F, Y_, eye[:, None, :].expand(dim, *F.shape), retain_graph=True,
+                is_grads_batched=True,
+            )
+        D = rows.transpose(0, 1).reshape(s, c, B, dim, dim)  # D[i, t, b, k, m] = ∂f_k/∂y_m
         identity = torch.eye(s * dim, dtype=y.dtype, device=y.device)
         mus = torch.empty(s, c, B, dim, dtype=y.dtype, device=y.device)
         for t in reversed(range(c)):
