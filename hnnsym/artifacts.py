@@ -11,15 +11,17 @@ import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import h5py
 import numpy
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 import hnnsym
 from hnnsym.errors import UserError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @contextlib.contextmanager
@@ -56,6 +58,8 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = 120) -> None:
     """Render a matplotlib Figure with Agg and write ``path`` atomically (format from the suffix).
     The one way figures are saved: no pyplot state, no half-written file."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # ~0.5 s CPU: only when drawing
+
     FigureCanvasAgg(fig)
     fmt = os.fspath(path).rsplit(".", 1)[-1].lower()
     with atomic_path(path) as tmp:
