@@ -40,7 +40,6 @@ Newton iterations themselves (memory ∝ steps × iterations; a reference for te
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -48,9 +47,9 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from hnnsym.errors import ConvergenceError, IncompatibleError, UserError
+from hnnsym.errors import IncompatibleError, UserError
 from hnnsym.ode.dynamics import hamiltonian_gradient, has_hamiltonian
-from hnnsym.ode.integrators.stage_solver import FixedPoint
+from hnnsym.ode.integrators.stage_solver import FixedPoint, conclude
 from hnnsym.ode.problem import Problem, SolverStats
 
 REFRESH = 0.01  # a fresh Newton Jacobian unless the last update shrank by this factor
@@ -302,20 +301,7 @@ class Rattle:
                 lu = torch.linalg.lu_factor(J)
             else:
                 R = residual(x)
-        residual = residual_norm
-        converged = residual <= tol
-        if stats is not None:
-            stats.record(it, residual if residual == residual else float("inf"), converged, where)
-        if not converged:
-            diverged = "" if residual == residual else " (diverged to non-finite values)"
-            msg = (
-                f"RATTLE's Newton iteration did not converge {where}: residual {residual:.3g} > "
-                f"tol {tol:.3g} after {it} iterations{diverged}; use a smaller dt or raise max_iter"
-            )
-            if self.on_fail == "raise":
-                raise ConvergenceError(msg)
-            if self.on_fail == "warn":
-                warnings.warn(msg, RuntimeWarning, stacklevel=4)
+        conclude("RATTLE's Newton iteration", it, residual_norm, tol, where, self.on_fail, stats)
         return x
 
     # ---- gradients -------------------------------------------------------------------------

@@ -87,20 +87,31 @@ class FixedPoint:
             x = x_new
             if not residual > tol:  # also stops on NaN, reported below
                 break
-        converged = residual <= tol
-        if stats is not None:
-            stats.record(it, residual if residual == residual else float("inf"), converged, where)
-        if not converged:
-            diverged = "" if residual == residual else " (diverged to non-finite values)"
-            msg = (
-                f"fixed-point iteration did not converge {where}: residual {residual:.3g} > tol "
-                f"{tol:.3g} after {it} iterations{diverged}; use a smaller dt or raise max_iter"
-            )
-            if self.on_fail == "raise":
-                raise ConvergenceError(msg)
-            if self.on_fail == "warn":
-                warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        conclude("fixed-point iteration", it, residual, tol, where, self.on_fail, stats)
         return x
+
+
+def conclude(
+    solver: str, iterations: int, residual: float, tol: float, where: str, on_fail: str,
+    stats: SolverStats | None,
+) -> None:  # fmt: skip
+    """Record an iterative solve in ``stats`` and, when its residual is above ``tol`` (or NaN),
+    raise ``ConvergenceError`` (``on_fail="raise"``) or warn (``"warn"``) in one line."""
+    converged = residual <= tol
+    if stats is not None:
+        stats.record(iterations, residual if residual == residual else float("inf"), converged,
+                     where)  # fmt: skip
+    if converged:
+        return
+    diverged = "" if residual == residual else " (diverged to non-finite values)"
+    msg = (
+        f"{solver} did not converge {where}: residual {residual:.3g} > tol {tol:.3g} after "
+        f"{iterations} iterations{diverged}; use a smaller dt or raise max_iter"
+    )
+    if on_fail == "raise":
+        raise ConvergenceError(msg)
+    if on_fail == "warn":
+        warnings.warn(msg, RuntimeWarning, stacklevel=4)
 
 
 @dataclass(frozen=True)
