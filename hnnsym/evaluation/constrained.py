@@ -37,6 +37,7 @@ from hnnsym.evaluation.metrics import (
     rollout,
     valid_prediction_time,
 )
+from hnnsym.evaluation.summary import number, summary_text
 from hnnsym.ode.integrators import get_integrator, integrator_from_config
 from hnnsym.ode.solve import integrate
 from hnnsym.physics.constrained import from_angles, project_onto_manifold
@@ -216,20 +217,16 @@ def constrained_summary(m: dict, out: Path) -> str:
     """Terminal lines of a constrained evaluation."""
 
     def f(key: str) -> str:
-        return "n/a" if m.get(key) is None else f"{m[key]:.4g}"
+        return number(m, key)
 
-    mass = ""
-    if m.get("mass_learned"):
-        mass = (f"\n  masses learned {[round(v, 4) for v in m['mass_learned']]} vs true "
-                f"{[round(v, 4) for v in m['mass_true']]}")  # fmt: skip
-    return (
-        f"evaluated {m['checkpoint']['path']} (epoch {m['checkpoint']['epoch']}) on "
-        f"{m['data']['file']}\n"
+    body = (
         f"  rollout of {m['rollout_trajectories']} test trajectories to t = "
         f"{m['rollout_horizon']:g} ({m['rollout_integrator']}): rel. error gmean "
         f"{f('rel_err_gmean')} (pooled {f('rel_err_gmean_pooled')}), chaos floor "
         f"{f('floor_rel_err_gmean')}; max |Phi| {f('constraint_phi_max')}, true-energy drift "
         f"mean {f('energy_drift_true_mean')}, failed {100 * m['rollout_failed']:.3g} %"
-        + mass
-        + f"\n  metrics: {out / 'metrics.json'}"
     )
+    if m.get("mass_learned"):
+        body += (f"\n  masses learned {[round(v, 4) for v in m['mass_learned']]} vs true "
+                 f"{[round(v, 4) for v in m['mass_true']]}")  # fmt: skip
+    return summary_text(m, out, body)

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from hnnsym.errors import UserError
 from hnnsym.evaluation import plots
 from hnnsym.evaluation.metrics import energies, rollout, rollout_metrics
+from hnnsym.evaluation.summary import number, summary_text
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.ode.integrators import integrator_from_config
 from hnnsym.physics.systems import System
@@ -160,12 +161,9 @@ def measured_summary(m: dict, out: Path) -> str:
     """The terminal lines of an evaluation of measurements."""
 
     def f(key: str) -> str:
-        return "n/a" if m.get(key) is None else f"{m[key]:.4g}"
+        return number(m, key)
 
-    figures = ",".join(name.removesuffix(".png") for name in m["files"]["figures"]) or "none"
-    return (
-        f"evaluated {m['checkpoint']['path']} (epoch {m['checkpoint']['epoch']}) "
-        f"on {m['data']['file']} (measurements: no true H)\n"
+    body = (
         f"  rollout of {m['rollout_trajectories']} held-out trajectories from their observed "
         f"first states ({m['rollout_integrator']}, h = {m['rollout_dt']:g}):\n"
         f"    at {m['short_horizon_steps']} steps (the training window): |error| "
@@ -175,9 +173,6 @@ def measured_summary(m: dict, out: Path) -> str:
         f"error gmean {f('rel_err_gmean')}, valid time {f('vpt_mean')} (threshold "
         f"{m['vpt_threshold']:g}), failed {100 * m['rollout_failed']:.3g} %\n"
         f"  learned H along the data: drift mean {f('learned_energy_data_drift_mean')} "
-        f"({f('learned_energy_data_drift_rel')} of its spread over the training data)\n"
-        f"  metrics: {out / 'metrics.json'}\n"
-        f"  curves:  {out / 'rollout.csv'}\n"
-        f"  figures: {out}/{{{figures}}}.png"
-        + "".join(f"\n  note: {note}" for note in m.get("notes", []))
+        f"({f('learned_energy_data_drift_rel')} of its spread over the training data)"
     )
+    return summary_text(m, out, body, about=" (measurements: no true H)")

@@ -47,6 +47,7 @@ from hnnsym.evaluation.metrics import (
     relative_error,
     valid_prediction_time,
 )
+from hnnsym.evaluation.summary import number, summary_text
 from hnnsym.ode.lagrangian import (
     EXPLICIT,
     SCHEMES,
@@ -394,20 +395,14 @@ def position_summary(m: dict, out: Path) -> str:
     """A few lines for the terminal about a position-only evaluation (``evaluate_positions``)."""
 
     def f(key: str) -> str:
-        return "n/a" if m.get(key) is None else f"{m[key]:.4g}"
+        return number(m, key)
 
-    figures = ",".join(name.removesuffix(".png") for name in m["files"]["figures"]) or "none"
-    return (
-        f"evaluated {m['checkpoint']['path']} (epoch {m['checkpoint']['epoch']}) "
-        f"on {m['data']['file']}\n"
+    body = (
         f"  predicted {m['rollout_trajectories']} test trajectories from their first two positions "
         f"to t = {m['rollout_horizon']:g} ({m['prediction']['scheme']}, dt = {m['rollout_dt']:g}; "
         f"Newton iterations mean {f('newton_iterations_mean')}): position mse {f('q_mse')}, "
         f"energy mse {f('energy_mse')}, modelled-energy variance {f('energy_var_model')} "
         f"(drift max {f('energy_drift_pred_max')}), failed {100 * m['rollout_failed']:.3g} %\n"
-        f"  potential: v_l1 {f('v_l1')} (rel {f('v_l1_rel')}) up to a constant\n"
-        f"  metrics: {out / 'metrics.json'}\n"
-        f"  curves:  {out / 'rollout.csv'}\n"
-        f"  figures: {out}/{{{figures}}}.png"
-        + "".join(f"\n  note: {note}" for note in m.get("notes", []))
+        f"  potential: v_l1 {f('v_l1')} (rel {f('v_l1_rel')}) up to a constant"
     )
+    return summary_text(m, out, body)

@@ -41,6 +41,7 @@ from hnnsym.evaluation.metrics import (
     rollout_metrics,
 )
 from hnnsym.evaluation.positions import evaluate_positions, position_summary
+from hnnsym.evaluation.summary import number, summary_text
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.ode.integrators import integrator_from_config
 from hnnsym.physics.dissipative import is_dissipative_model
@@ -405,27 +406,20 @@ def summary(m: dict, out: Path | None = None) -> str:
         return constrained_summary(m, out)
 
     def f(key: str) -> str:
-        return "n/a" if m[key] is None else f"{m[key]:.4g}"
+        return number(m, key)
 
-    figures = ",".join(name.removesuffix(".png") for name in m["files"]["figures"]) or "none"
-    return (
-        f"evaluated {m['checkpoint']['path']} (epoch {m['checkpoint']['epoch']}) "
-        f"on {m['data']['file']}\n"
+    body = (
         f"  H on {m['grid_size']} grid points: h_l1 {f('h_l1')} (raw {f('h_l1_raw')}, "
         f"rel {f('h_l1_rel')}); vector field l1 {f('vf_l1')} (rel {f('vf_rel')})\n"
         f"  rollout of {m['rollout_trajectories']} test trajectories to t = "
         f"{m['rollout_horizon']:g} ({m['rollout_integrator']}, h = {m['rollout_dt']:g}): "
         f"mse {f('traj_mse')}, rel. error gmean {f('rel_err_gmean')}, valid time "
         f"{f('vpt_mean')} (threshold {m['vpt_threshold']:g}), true-energy drift max "
-        f"{f('energy_drift_true_max')}, failed {100 * m['rollout_failed']:.3g} %\n"
-        + (
-            f"  damping: learned {f('damping_learned')}, true {f('damping_true')} (rel. error "
-            f"{f('damping_rel_err')}; eigenvalues of R_pp {m['damping_eigenvalues']})\n"
-            if "damping_true" in m
-            else ""
-        )
-        + f"  metrics: {out / 'metrics.json'}\n"
-        f"  curves:  {out / 'rollout.csv'}\n"
-        f"  figures: {out}/{{{figures}}}.png"
-        + "".join(f"\n  note: {note}" for note in m.get("notes", []))
+        f"{f('energy_drift_true_max')}, failed {100 * m['rollout_failed']:.3g} %"
     )
+    if "damping_true" in m:
+        body += (
+            f"\n  damping: learned {f('damping_learned')}, true {f('damping_true')} (rel. error "
+            f"{f('damping_rel_err')}; eigenvalues of R_pp {m['damping_eigenvalues']})"
+        )
+    return summary_text(m, out, body)
