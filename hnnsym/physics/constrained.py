@@ -166,6 +166,24 @@ def constrained_vector_field(
     return project(G, apply_J(grad))
 
 
+def multiplier_acceleration(
+    constraints: DistanceConstraints, inverse_mass: Tensor, force: Tensor, x: Tensor, v: Tensor
+) -> tuple[Tensor, Tensor]:
+    """(ẍ, λ) of M ẍ = f − DΦᵀλ with DΦ ẍ + (d/dt DΦ) ẋ = 0 (Lagrange multipliers; Φ̈ = 0).
+
+    ``inverse_mass`` the diagonal of a constant M⁻¹ (n,), ``force`` f (..., n), positions x and
+    velocities v (..., n). The (n+m) saddle system is solved by its Schur complement
+    S = DΦ M⁻¹ DΦᵀ (m × m, positive definite for independent constraints):
+    S λ = DΦ M⁻¹ f + (d/dt DΦ) v, ẍ = M⁻¹(f − DΦᵀλ); d/dt DΦ = DΦ(v) without anchors
+    (``velocity_jacobian``), as DΦ is linear in x. Returns ẍ (..., n), λ (..., m)."""
+    D = constraints.jacobian(x)  # (..., m, n)
+    MinvDt = (D * inverse_mass).transpose(-1, -2)  # (..., n, m)
+    free = force * inverse_mass
+    rhs = D @ free[..., None] + constraints.velocity_jacobian(v) @ v[..., None]
+    lam = torch.linalg.solve(D @ MinvDt, rhs)
+    return free - (MinvDt @ lam)[..., 0], lam[..., 0]
+
+
 def constraint_violation(
     constraints: DistanceConstraints, inverse_mass: Tensor, states: Tensor
 ) -> tuple[float, float]:
