@@ -145,6 +145,18 @@ def test_clnn_gradients_backprop_equal_symplectic_adjoint(integrator):
     assert (grads["backprop"] - grads["symplectic_adjoint"]).abs().max() < 1e-10 * scale
 
 
+def test_rattle_steps_clnn_through_its_energy():
+    """integrator=rattle uses H_θ (for CLNN the Legendre transform of L_θ) and Φ, not the field:
+    the same steps as CHNN's with the same parameters, on Φ = 0 to solver tolerance."""
+    clnn, chnn = models(2)
+    y0 = states(2, 3, 2, masses=clnn.masses().tolist())
+    with torch.no_grad():
+        ys = solve(clnn, y0, 0.03, 10, get_integrator("rattle"), "backprop").ys
+        ref = solve(chnn, y0, 0.03, 10, get_integrator("rattle"), "backprop").ys
+    assert torch.equal(ys, ref)
+    assert clnn.position_constraints(ys[..., :4]).abs().max() < 1e-12
+
+
 def test_clnn_refuses_angle_data():
     with pytest.raises(ValueError, match="CLNN learns in Cartesian coordinates"):
         CLNN(2, system="chain_pendulum_angles")

@@ -16,6 +16,9 @@ on the manifold; for distance constraints Ψ is quadratic in z, so a Gauss–Leg
 keeps quadratic invariants) keeps Φ and Φ̇ at their initial values to rounding and solver
 tolerance. The projection only needs DΦ, which for distances does not depend on the lengths l.
 
+The Lagrange-multiplier form (CLNN's, ``multiplier_acceleration``): M ẍ = f − DΦᵀλ with λ from
+Φ̈ = DΦ ẍ + (d/dt DΦ) ẋ = 0; on Φ̇ = 0 it is the same field as the projection's.
+
 ``chain_pendulum(links)``: N bodies in the plane, body 1 tethered to the origin, body i linked to
 body i−1, gravity g along −y: H = Σ |p_i|²/(2 m_i) + g Σ m_i y_i. Masses and lengths are the
 reference code's: ``numpy.random.RandomState(seed)`` draws N masses then N lengths from
