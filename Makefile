@@ -117,17 +117,17 @@ table-ddlm: install
 	done
 	$(PY) -m hnnsym.table_ddlm report.runs=outputs/ddlm
 
-# ---- Seed 004: chain pendulum, CHNN vs HNN in angles vs NODE (noise-free, reduced budget) ------
+# ---- Seed 004: chain pendulum, CHNN / CLNN vs HNN in angles vs NODE (noise-free, reduced budget) -
 CHAIN_LINKS ?= 3
 CHAIN_SEEDS ?= 0
 CHAIN_EPOCHS ?= 300
-# the reference's optimizer and windows (method=chnn sets them for CHNN; the baselines take them here)
+# the reference's optimizer and windows (method=chnn / clnn set them; the baselines take them here)
 CHAIN_TRAIN = train.epochs=$(CHAIN_EPOCHS) train.window=4 train.batch_size=200 train.lr=3e-3 \
   train.weight_decay=1e-4 train.optimizer._target_=torch.optim.AdamW train.schedule=cosine \
   train.early_stop.patience=1000000 train.resume=auto
 
 chain-pendulum: install
-	@echo "chain-pendulum: CHNN / HNN (angles) / NODE for N in $(CHAIN_LINKS), seeds $(CHAIN_SEEDS),"
+	@echo "chain-pendulum: CHNN / CLNN / HNN (angles) / NODE for N in $(CHAIN_LINKS), seeds $(CHAIN_SEEDS),"
 	@echo "  $(CHAIN_EPOCHS) epochs (the reference: 2000). Measured for N = 3, one seed, 300 epochs"
 	@echo "  on the shared 2-core machine: data 7 min, CHNN 23 min, HNN 18 min, NODE 9 min (README)"
 	for N in $(CHAIN_LINKS); do for k in $(CHAIN_SEEDS); do \
@@ -135,10 +135,10 @@ chain-pendulum: install
 	    test -f data/chain$$N/$$s/none/seed$$k.h5 || $(PY) -m hnnsym.generate system=$$s \
 	      system.params.links=$$N noise=none seed=$$k data_dir=data/chain$$N || exit 1; \
 	  done; \
-	  for run in chnn hnn node; do \
+	  for run in chnn clnn hnn node; do \
 	    args="system.params.links=$$N noise=none seed=$$k data_dir=data/chain$$N run_dir=outputs/chain$$N/$$run/seed$$k"; \
 	    case $$run in \
-	      chnn) extra="system=chain_pendulum method=chnn train.epochs=$(CHAIN_EPOCHS) train.resume=auto";; \
+	      chnn|clnn) extra="system=chain_pendulum method=$$run train.epochs=$(CHAIN_EPOCHS) train.resume=auto";; \
 	      hnn) extra="system=chain_pendulum_angles model=hnn model.hidden=[256,256,256] integrator=rk4 gradient=backprop $(CHAIN_TRAIN)";; \
 	      node) extra="system=chain_pendulum method=node model.hidden=[256,256,256] $(CHAIN_TRAIN)";; \
 	    esac; \

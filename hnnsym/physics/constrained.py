@@ -16,6 +16,9 @@ on the manifold; for distance constraints Ψ is quadratic in z, so a Gauss–Leg
 keeps quadratic invariants) keeps Φ and Φ̇ at their initial values to rounding and solver
 tolerance. The projection only needs DΦ, which for distances does not depend on the lengths l.
 
+The Lagrange-multiplier form (CLNN's, ``multiplier_acceleration``): M ẍ = f − DΦᵀλ with λ from
+Φ̈ = DΦ ẍ + (d/dt DΦ) ẋ = 0; on Φ̇ = 0 it is the same field as the projection's.
+
 ``chain_pendulum(links)``: N bodies in the plane, body 1 tethered to the origin, body i linked to
 body i−1, gravity g along −y: H = Σ |p_i|²/(2 m_i) + g Σ m_i y_i. Masses and lengths are the
 reference code's: ``numpy.random.RandomState(seed)`` draws N masses then N lengths from
@@ -164,6 +167,24 @@ def constrained_vector_field(
     n = constraints.n
     G = constraint_gradient(constraints, y[..., :n], y[..., n:], inverse_mass)
     return project(G, apply_J(grad))
+
+
+def multiplier_acceleration(
+    constraints: DistanceConstraints, inverse_mass: Tensor, force: Tensor, x: Tensor, v: Tensor
+) -> tuple[Tensor, Tensor]:
+    """(ẍ, λ) of M ẍ = f − DΦᵀλ with DΦ ẍ + (d/dt DΦ) ẋ = 0 (Lagrange multipliers; Φ̈ = 0).
+
+    ``inverse_mass`` the diagonal of a constant M⁻¹ (n,), ``force`` f (..., n), positions x and
+    velocities v (..., n). The (n+m) saddle system is solved by its Schur complement
+    S = DΦ M⁻¹ DΦᵀ (m × m, positive definite for independent constraints):
+    S λ = DΦ M⁻¹ f + (d/dt DΦ) v, ẍ = M⁻¹(f − DΦᵀλ); d/dt DΦ = DΦ(v) without anchors
+    (``velocity_jacobian``), as DΦ is linear in x. Returns ẍ (..., n), λ (..., m)."""
+    D = constraints.jacobian(x)  # (..., m, n)
+    MinvDt = (D * inverse_mass).transpose(-1, -2)  # (..., n, m)
+    free = force * inverse_mass
+    rhs = D @ free[..., None] + constraints.velocity_jacobian(v) @ v[..., None]
+    lam = torch.linalg.solve(D @ MinvDt, rhs)
+    return free - (MinvDt @ lam)[..., 0], lam[..., 0]
 
 
 def constraint_violation(
