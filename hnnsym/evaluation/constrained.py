@@ -20,6 +20,7 @@ mapped by ``from_angles``, so models in either coordinates are compared on the s
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -216,8 +217,7 @@ def draw(out: Path, curves: pd.DataFrame, pred: Tensor, truth: Tensor, cart: Sys
 def constrained_summary(m: dict, out: Path) -> str:
     """Terminal lines of a constrained evaluation."""
 
-    def f(key: str) -> str:
-        return number(m, key)
+    f = partial(number, m)  # f(key): the metric for the terminal
 
     body = (
         f"  rollout of {m['rollout_trajectories']} test trajectories to t = "

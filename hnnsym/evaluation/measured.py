@@ -25,6 +25,7 @@ test trajectories on it), ``energy.png`` (H_θ along data and rollouts), ``phase
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -160,8 +161,7 @@ def evaluate_measured(
 def measured_summary(m: dict, out: Path) -> str:
     """The terminal lines of an evaluation of measurements."""
 
-    def f(key: str) -> str:
-        return number(m, key)
+    f = partial(number, m)  # f(key): the metric for the terminal
 
     body = (
         f"  rollout of {m['rollout_trajectories']} held-out trajectories from their observed "

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -394,8 +395,7 @@ def draw_position_figures(
 def position_summary(m: dict, out: Path) -> str:
     """A few lines for the terminal about a position-only evaluation (``evaluate_positions``)."""
 
-    def f(key: str) -> str:
-        return number(m, key)
+    f = partial(number, m)  # f(key): the metric for the terminal
 
     body = (
         f"  predicted {m['rollout_trajectories']} test trajectories from their first two positions "

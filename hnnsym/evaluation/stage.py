@@ -13,6 +13,7 @@ import json
 import math
 import shlex
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -405,8 +406,7 @@ def summary(m: dict, out: Path | None = None) -> str:
     if "floor_rel_err_gmean" in m:  # a constrained system: hnnsym.evaluation.constrained
         return constrained_summary(m, out)
 
-    def f(key: str) -> str:
-        return number(m, key)
+    f = partial(number, m)  # f(key): the metric for the terminal
 
     body = (
         f"  H on {m['grid_size']} grid points: h_l1 {f('h_l1')} (raw {f('h_l1_raw')}, "
