@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from hnnsym.errors import ConvergenceError
+from hnnsym.errors import ConvergenceError, DataError
 from hnnsym.physics.systems import SYSTEMS, System
 
 GRAVITY = 9.81
@@ -287,6 +287,92 @@ def project_onto_manifold(
     psi = torch.cat([constraints.phi(xs), constraints.velocity(xs, vs)], -1)
     converged = torch.isfinite(psi).all(-1) & (psi.abs().amax(-1) <= tol * (1 + z.abs().amax(-1)))
     return xs, vs, converged
+
+
+def is_constrained_model(H: object) -> bool:
+    """True for a Hamiltonian in Cartesian coordinates with holonomic constraints: callable
+    ``position_constraints(x) -> (..., m)`` and ``mass_matrix() -> (n, n)`` (the interface of
+    ``ConstrainedSystem``, CHNN and the RATTLE integrator)."""
+    return callable(getattr(H, "position_constraints", None)) and callable(
+        getattr(H, "mass_matrix", None)
+    )
+
+
+def _positions_jacobian(g: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+    """DΦ(x) (B, m, n) of row-wise constraints g: (B, n) -> (B, m), by autograd, detached."""
+    with torch.enable_grad():
+        xr = x.detach().requires_grad_(True)
+        out = g(xr)
+        rows = [
+            torch.autograd.grad(out[:, k].sum(), xr, retain_graph=k + 1 < out.shape[-1])[0]
+            for k in range(out.shape[-1])
+        ]
+    return torch.stack(rows, -2)
+
+
+def project_state(
+    H: object, z: Tensor, tol: float | None = None, max_iter: int = 50
+) -> tuple[Tensor, Tensor]:
+    """Project states z = [x, p] (B, 2n) onto the constraint manifold of a constrained H
+    (``is_constrained_model``: Φ = ``position_constraints``, M = ``mass_matrix()``), so that
+    Φ(x) = 0 and Φ̇ = DΦ(x) M⁻¹ p = 0 (the manifold RATTLE and the projected field start from):
+
+      positions: Newton with minimum-norm steps x ← x − DΦᵀ(DΦ DΦᵀ)⁻¹Φ(x) (clipped to half the
+                 RMS of x, as ``project_onto_manifold``), until |Φ| ≤ tol·(1 + max|x|)
+                 (tol None: 64 ε of the dtype);
+      momenta:   p ← p − DΦᵀμ, μ = (DΦ M⁻¹ DΦᵀ)⁻¹ DΦ M⁻¹ p at the projected x (RATTLE's
+                 velocity-level correction: the M⁻¹-orthogonal projection onto DΦ M⁻¹ p = 0).
+
+    Unlike ``project_onto_manifold`` (the reference's initial conditions: joint Newton in (x, v))
+    it takes any Φ (DΦ by autograd) and the H's own mass, e.g. a learned one: the momenta stay
+    differentiable with respect to M (the positions, a function of the data, are detached).
+    On-manifold states are returned unchanged to rounding. Returns (z*, converged (B,))."""
+    n = z.shape[-1] // 2
+    g = H.position_constraints
+    tol = 64 * torch.finfo(z.dtype).eps if tol is None else tol
+    with torch.no_grad():
+        x = z[:, :n].detach()
+        for _ in range(max_iter):
+            phi = g(x)
+            done = phi.abs().amax(-1) <= tol * (1 + x.abs().amax(-1))
+            if bool(done.all()):
+                break
+            D = _positions_jacobian(g, x)
+            step = -(
+                D.transpose(-1, -2) @ torch.linalg.solve(D @ D.transpose(-1, -2), phi[..., None])
+            )
+            scale = (x**2).mean(-1, keepdim=True).sqrt() / 2
+            step = torch.maximum(torch.minimum(step[..., 0], scale), -scale)
+            x = torch.where(done[..., None], x, x + step)
+        phi = g(x)
+        converged = torch.isfinite(phi).all(-1) & (
+            phi.abs().amax(-1) <= tol * (1 + x.abs().amax(-1))
+        )
+    D = _positions_jacobian(g, x).to(z.dtype)
+    M_inv = torch.linalg.inv(H.mass_matrix().to(z.dtype))
+    p = z[:, n:]
+    DMinv = D @ M_inv  # (B, m, n)
+    mu = torch.linalg.solve(DMinv @ D.transpose(-1, -2), (DMinv @ p[..., None]))
+    p = p - (D.transpose(-1, -2) @ mu)[..., 0]
+    return torch.cat([x, p], -1), converged
+
+
+def onto_manifold(H: object, z: Tensor) -> Tensor:
+    """z (B, 2n) projected by ``project_state`` if H is a constrained model, else z itself: the
+    start of every rollout of a model (training windows, evaluation), so that noisy or
+    mass-inconsistent observed states lie on the model's manifold (RATTLE refuses others).
+    DataError when some state cannot be projected."""
+    if not is_constrained_model(H):
+        return z
+    out, ok = project_state(H, z)
+    if not bool(ok.all()):
+        bad = int((~ok).sum())
+        raise DataError(
+            f"{bad} of {z.shape[0]} initial states could not be projected onto the constraint "
+            f"manifold Φ(x) = 0 of the model (Newton did not converge: non-finite or far-off "
+            f"states)"
+        )
+    return out
 
 
 def chain_initial_states(

@@ -9,7 +9,7 @@ same for all.
 
 ``WindowLoss`` (seed 000, eq. 16; also NSSNN and NODE, through their integrators):
     L = Σ_{t=1..τ} ||ŷ_t − y_t||²,   ŷ = integrate(H_θ, ŷ_0, h, τ·substeps)[::substeps]
-  with ŷ_0 = y_0 (``init="observed"``) or, ``init="smoothed"``, ŷ_0 = z: the window's initial state
+  with ŷ_0 = y_0 (``init="observed"``; for a constrained model, projected onto its manifold) or, ``init="smoothed"``, ŷ_0 = z: the window's initial state
   fitted to all τ+1 observations under the model's own flow, by Gauss–Newton on
   Σ_{t=0..τ} ||Φ_t(z) − y_t||² with ∂Φ_t/∂z ≈ I (the window spans only τh): from z = y_0,
   z ← z + mean_{t=0..τ} (y_t − Φ_t(z)), ``init_iterations`` times (each one rollout without a graph;
@@ -58,6 +58,7 @@ from hnnsym.ode.integrators import Integrator
 from hnnsym.ode.lagrangian import EXPLICIT, explicit_step
 from hnnsym.ode.problem import SolverStats
 from hnnsym.ode.solve import solve
+from hnnsym.physics.constrained import onto_manifold
 
 INITS = ("observed", "smoothed", "learned")
 
@@ -131,8 +132,10 @@ class WindowLoss(Loss, LossContext):
         self, model: nn.Module, y0: Tensor, windows: Tensor, gradient
     ) -> tuple[Tensor, SolverStats]:
         """The predicted states at the observation times, (τ+1, B, 2d), from y0 (B, 2d), and the
-        solver statistics."""
+        solver statistics. A constrained model (``position_constraints``, ``mass_matrix``) starts
+        from y0 projected onto its manifold (``hnnsym.physics.constrained.onto_manifold``)."""
         tau = windows.shape[0] - 1
+        y0 = onto_manifold(model, y0)
         guess = None
         if getattr(self.integrator, "predictor", None) == "observed" and self.substeps == 1:
             guess = windows
