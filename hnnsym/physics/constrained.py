@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 from hnnsym.errors import ConvergenceError, DataError
+from hnnsym.ode.integrators.rattle import constraint_jacobian
 from hnnsym.physics.systems import SYSTEMS, System
 
 GRAVITY = 9.81
@@ -298,18 +299,6 @@ def is_constrained_model(H: object) -> bool:
     )
 
 
-def _positions_jacobian(g: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
-    """DΦ(x) (B, m, n) of row-wise constraints g: (B, n) -> (B, m), by autograd, detached."""
-    with torch.enable_grad():
-        xr = x.detach().requires_grad_(True)
-        out = g(xr)
-        rows = [
-            torch.autograd.grad(out[:, k].sum(), xr, retain_graph=k + 1 < out.shape[-1])[0]
-            for k in range(out.shape[-1])
-        ]
-    return torch.stack(rows, -2)
-
-
 def project_state(
     H: object, z: Tensor, tol: float | None = None, max_iter: int = 50
 ) -> tuple[Tensor, Tensor]:
@@ -337,7 +326,7 @@ def project_state(
             done = phi.abs().amax(-1) <= tol * (1 + x.abs().amax(-1))
             if bool(done.all()):
                 break
-            D = _positions_jacobian(g, x)
+            D = constraint_jacobian(g, x, phi.shape[-1], create_graph=False)
             step = -(
                 D.transpose(-1, -2) @ torch.linalg.solve(D @ D.transpose(-1, -2), phi[..., None])
             )
@@ -348,7 +337,7 @@ def project_state(
         converged = torch.isfinite(phi).all(-1) & (
             phi.abs().amax(-1) <= tol * (1 + x.abs().amax(-1))
         )
-    D = _positions_jacobian(g, x).to(z.dtype)
+    D = constraint_jacobian(g, x, phi.shape[-1], create_graph=False).to(z.dtype)
     M_inv = torch.linalg.inv(H.mass_matrix().to(z.dtype))
     p = z[:, n:]
     DMinv = D @ M_inv  # (B, m, n)
