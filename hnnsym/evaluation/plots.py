@@ -38,6 +38,16 @@ def slice_axes(dim: int) -> tuple[int, int]:
     return (dim - 1, 2 * dim - 1)
 
 
+def solid_dashed_legend(
+    ax, solid: str, dashed: str, color: str = "k", loc: str = "best", fontsize: int = 8
+) -> None:
+    """The legend of a figure whose lines come in pairs: ``solid`` (TRUE_STYLE) and ``dashed``
+    (PRED_STYLE) in ``color``, beside the axes' own labelled artists."""
+    ax.plot([], [], color=color, label=solid, **TRUE_STYLE)
+    ax.plot([], [], color=color, label=dashed, **PRED_STYLE)
+    ax.legend(loc=loc, fontsize=fontsize)
+
+
 def _numpy(x: Tensor | np.ndarray) -> np.ndarray:
     return x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
 
@@ -106,9 +116,7 @@ def plot_phase_portraits(
             ax.plot(truth[0, b, i], truth[0, b, dim + i], "o", color=color, ms=4)
         ax.set_xlabel(names[i])
         ax.set_ylabel(names[dim + i])
-    panels[0].plot([], [], color="k", label="true", **TRUE_STYLE)
-    panels[0].plot([], [], color="k", label="learned", **PRED_STYLE)
-    panels[0].legend(loc="best", fontsize=8)
+    solid_dashed_legend(panels[0], "true", "learned")
     fig.suptitle(title or "phase portraits: true (solid) vs learned (dashed)")
     save_figure(fig, path)
 
@@ -134,9 +142,7 @@ def plot_energy(
         left.plot(t, e_tp[:, b], color=color, **TRUE_STYLE)
         left.plot(t, e_d[:, b], color=color, **PRED_STYLE)
         right.plot(t[start:], e_pp[start:, b] - e_pp[start, b], color=color, **TRUE_STYLE)
-    left.plot([], [], color="k", label="H along the learned path", **TRUE_STYLE)
-    left.plot([], [], color="k", label="H along the data", **PRED_STYLE)
-    left.legend(loc="best", fontsize=8)
+    solid_dashed_legend(left, "H along the learned path", "H along the data")
     left.set_title("true energy $H(y_t)$")
     right.set_title(model_label)
     for ax in (left, right):
@@ -163,9 +169,7 @@ def plot_positions(
             ax.plot(t, truth[:, b, i], color=color, **TRUE_STYLE)
             ax.plot(t, pred[:, b, i], color=color, **PRED_STYLE)
         ax.set_ylabel(names[i])
-    panels[0].plot([], [], color="k", label="true", **TRUE_STYLE)
-    panels[0].plot([], [], color="k", label="predicted", **PRED_STYLE)
-    panels[0].legend(loc="best", fontsize=8)
+    solid_dashed_legend(panels[0], "true", "predicted")
     panels[-1].set_xlabel("$t$")
     fig.suptitle("positions predicted from the first two: true (solid) vs predicted (dashed)")
     save_figure(fig, path)
@@ -294,9 +298,9 @@ def plot_learned_landscape(
         color = f"C{(b + 1) % 10}"
         ax.plot(obs[:, b, i], obs[:, b, j], color=color, **TRUE_STYLE)
         ax.plot(pred[:, b, i], pred[:, b, j], color=color, **PRED_STYLE)
-    ax.plot([], [], color="C1", label="test: observed", **TRUE_STYLE)
-    ax.plot([], [], color="C1", label="test: learned rollout", **PRED_STYLE)
-    ax.legend(loc="upper right", fontsize=7)
+    solid_dashed_legend(
+        ax, "test: observed", "test: learned rollout", color="C1", loc="upper right", fontsize=7
+    )
     ax.set_xlim(extent[:2])
     ax.set_ylim(extent[2:])
     ax.set_xlabel(names[i])
@@ -321,9 +325,7 @@ def plot_learned_energy(
         color = f"C{b % 10}"
         ax.plot(t, e_p[:, b], color=color, **TRUE_STYLE)
         ax.plot(t, e_d[:, b], color=color, **PRED_STYLE)
-    ax.plot([], [], color="k", label="$H_\\theta$ along its rollout", **TRUE_STYLE)
-    ax.plot([], [], color="k", label="$H_\\theta$ along the data", **PRED_STYLE)
-    ax.legend(loc="best", fontsize=8)
+    solid_dashed_legend(ax, "$H_\\theta$ along its rollout", "$H_\\theta$ along the data")
     ax.set_xlabel("$t$")
     ax.set_title("learned energy (no true H: measurements)", fontsize=10)
     save_figure(fig, path)
