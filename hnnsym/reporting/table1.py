@@ -27,6 +27,7 @@ from hnnsym.reporting.figures import noise_sweep_figure
 from hnnsym.reporting.runs import IDENTITY_KEYS, load_runs, method_names
 from hnnsym.reporting.tables import (
     aggregate,
+    beside_published,
     display_name,
     ignored,
     to_csv,
@@ -149,17 +150,8 @@ def make_table1(runs: pd.DataFrame, keys: Sequence[str] = ()) -> pd.DataFrame:
             for (m, s), (e, r) in PAPER.items()
         ]
     )  # fmt: skip
-    if len(runs):
-        agg = aggregate(runs, ["system.name", "method", *keys], OURS)
-        table = agg.merge(paper, on=["system", "method"], how="outer")
-    else:
-        table = paper.assign(n=0, seeds="")
-    table["n"] = table["n"].fillna(0).astype(int)
-    table["seeds"] = table["seeds"].fillna("")
-    for metric in OURS:
-        for stat in ("mean", "std"):
-            if f"{metric}_{stat}" not in table:
-                table[f"{metric}_{stat}"] = math.nan
+    agg = aggregate(runs, ["system.name", "method", *keys], OURS) if len(runs) else None
+    table = beside_published(agg, paper, ["system", "method"], OURS)
     table = table.assign(_rank=paper_order(table)).sort_values("_rank", kind="stable")
     stats = [f"{m}_{s}" for m in COLUMNS for s in ("mean", "std")]
     labels = ["system", "method", *(display_name(k) for k in keys), "n", "seeds"]

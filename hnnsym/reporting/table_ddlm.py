@@ -23,7 +23,7 @@ import pandas as pd
 
 from hnnsym.artifacts import write_text
 from hnnsym.reporting.runs import load_runs, method_names
-from hnnsym.reporting.tables import aggregate, to_csv, to_markdown
+from hnnsym.reporting.tables import aggregate, beside_published, to_csv, to_markdown
 
 SYSTEMS = ("mass_spring", "pendulum", "two_body")
 # table label -> method name (conf/method/<name>.yaml)
@@ -85,18 +85,11 @@ def make_table(runs: pd.DataFrame) -> pd.DataFrame:
             for (m, s), values in PAPER.items()
         ]
     )  # fmt: skip
+    agg = None
     if len(runs):
         runs = runs.assign(method=[method_label(m) for m in method_names(runs)])
         agg = aggregate(runs, ["system.name", "method", "noise.name"], OURS)
-        table = agg.merge(paper, on=["system", "method", "noise"], how="outer")
-    else:
-        table = paper.assign(n=0, seeds="")
-    table["n"] = table["n"].fillna(0).astype(int)
-    table["seeds"] = table["seeds"].fillna("")
-    for metric in OURS:
-        for stat in ("mean", "std"):
-            if f"{metric}_{stat}" not in table:
-                table[f"{metric}_{stat}"] = math.nan
+    table = beside_published(agg, paper, ["system", "method", "noise"], OURS)
     systems = {name: i for i, name in enumerate(SYSTEMS)}
     methods = {name: i for i, name in enumerate(METHODS)}
     rank = (

@@ -100,6 +100,24 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], metrics: Sequence[str]) -
     return out.drop(columns=["all"]) if not labels else out
 
 
+def beside_published(
+    agg: pd.DataFrame | None, paper: pd.DataFrame, on: Sequence[str], metrics: Iterable[str]
+) -> pd.DataFrame:
+    """Our rows (``aggregate``; None when there are no runs) outer-joined on ``on`` with a paper's
+    published rows: n = 0 and no seeds where only the paper has a row, and NaN ``<metric>_mean``/
+    ``_std`` columns for every metric that no run has."""
+    table = (
+        paper.assign(n=0, seeds="") if agg is None else agg.merge(paper, on=list(on), how="outer")
+    )
+    table["n"] = table["n"].fillna(0).astype(int)
+    table["seeds"] = table["seeds"].fillna("")
+    for metric in metrics:
+        for stat in ("mean", "std"):
+            if f"{metric}_{stat}" not in table:
+                table[f"{metric}_{stat}"] = np.nan
+    return table
+
+
 def duplicate_seeds(runs: pd.DataFrame, keys: Sequence[str]) -> list[str]:
     """Notes for configurations holding the same seed more than once (copies, not replicates)."""
     data = runs.assign(**{f"_k{i}": key_values(runs[k]) for i, k in enumerate(keys)})
