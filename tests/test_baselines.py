@@ -416,7 +416,10 @@ def test_table1_aggregates_runs_beside_the_paper_and_sweeps_noise(tmp_path):
         fake_run(root / "ema", "double_well", "hnn", "low", seed, err / 4, ema=0.99)
     fake_run(root, "double_well", "node", "low", 0, None)
     fake_run(root, "henon_heiles", "shnn", "low", 0, 0.05)
+    fake_run(root / "ddlm", "pendulum", "ddlm", "low", 0, None)  # not a Table 1 system
     table, notes = build_table1([str(root)])
+    assert "pendulum" not in set(table["system"])
+    assert any("left out 1 run(s) of systems not in Table 1 (pendulum)" in n for n in notes)
     rows = table.set_index(["system", "method"])
     ours = rows.loc[("double_well", "This work")]
     assert ours["n"] == 2 and ours["h_l1_mean"] == pytest.approx(0.002)  # noise=high left out

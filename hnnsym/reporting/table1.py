@@ -199,14 +199,20 @@ def write_table1(
 def load_method_runs(
     patterns: str | Iterable[str], ignore: Iterable[str] = ()
 ) -> tuple[pd.DataFrame, list[str], list[str]]:
-    """(the complete runs found in ``patterns`` with their ``method``, the config keys besides
-    system/method/noise that vary within a method, notes on incomplete or mixed runs)."""
+    """(the complete runs of Table 1's SYSTEMS found in ``patterns`` with their ``method``, the
+    config keys besides system/method/noise that vary within a method, notes on incomplete, mixed
+    or left-out runs)."""
     runset = load_runs(patterns)
     notes = list(runset.notes)
     if not len(runset.complete):
         notes.append("no evaluated runs: only the paper's numbers are shown")
         return runset.complete, [], notes
     runs = with_methods(runset.complete)
+    other = ~runs["system.name"].isin(SYSTEMS)
+    if other.any():
+        names = ", ".join(sorted(runs.loc[other, "system.name"].astype(str).unique()))
+        notes.append(f"left out {int(other.sum())} run(s) of systems not in Table 1 ({names})")
+        runs = runs[~other]
     keys = extra_keys(runs, runset.config_keys, ignore)
     if keys:
         notes.append(f"runs of one method differ in {', '.join(keys)}: shown as extra columns")
