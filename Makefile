@@ -129,8 +129,9 @@ CHAIN_TRAIN = train.epochs=$(CHAIN_EPOCHS) train.window=4 train.batch_size=200 t
 
 chain-pendulum: install
 	@echo "chain-pendulum: CHNN / CLNN / HNN (angles) / NODE for N in $(CHAIN_LINKS), seeds $(CHAIN_SEEDS),"
-	@echo "  $(CHAIN_EPOCHS) epochs (the reference: 2000). Measured for N = 3, one seed, 300 epochs"
-	@echo "  on the shared 2-core machine: data 7 min, CHNN 23 min, HNN 18 min, NODE 9 min (README)"
+	@echo "  $(CHAIN_EPOCHS) epochs (the reference: 2000). Measured, one seed, on the shared 2-core machine"
+	@echo "  (README): N = 3 at 300 epochs: data 7 min, CHNN 23 min, HNN 18 min, NODE 9 min;"
+	@echo "  N = 1, 2 at 100 epochs (CHAIN_LINKS=\"1 2\" CHAIN_EPOCHS=100): 1-2 min CPU per training"
 	for N in $(CHAIN_LINKS); do for k in $(CHAIN_SEEDS); do \
 	  for s in chain_pendulum chain_pendulum_angles; do \
 	    test -f data/chain$$N/$$s/none/seed$$k.h5 || $(PY) -m hnnsym.generate system=$$s \
