@@ -4,14 +4,17 @@ joined by a continuity penalty (train.continuity)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from conftest import tiny_trainer
+from scipy.optimize import least_squares
 from torch import nn
 
 from hnnsym.config.schemas import validated
 from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
+from hnnsym.evaluation.metrics import fit_initial_states
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.solve import solve
 from hnnsym.physics.systems import double_well
@@ -218,6 +221,31 @@ def test_bad_continuity_is_a_one_line_user_error(compose_config, overrides, mess
     with pytest.raises(UserError, match=message) as err:
         validated(cfg, "train")
     assert "\n" not in str(err.value)
+
+
+# ---- fitted starts at evaluation ----------------------------------------------------------------
+def test_fitted_initial_states_are_the_least_squares_starts():
+    """fit_initial_states (Levenberg–Marquardt, central-difference Jacobians through the rollout)
+    gives the least-squares start of each trajectory under the true H, as scipy's least_squares
+    finds it through the same integrator, and is closer to the clean starts than y_0."""
+    clean, observed = clean_and_noisy(6, 8)
+    windows = observed.transpose(0, 1)
+    z, rms = fit_initial_states(double_well(), windows, H_STEP, MIDPOINT, iterations=6)
+
+    def residual(b):
+        def r(start):
+            one = torch.as_tensor(start, dtype=torch.float64)[None]
+            ys = solve(double_well(), one, H_STEP, 8, MIDPOINT, "backprop").ys.detach()
+            return (ys[:, 0] - windows[:, b]).flatten().numpy()
+
+        return r
+
+    for b in range(2):
+        best = least_squares(residual(b), windows[0, b].numpy(), xtol=1e-14, ftol=1e-14)
+        np.testing.assert_allclose(z[b].numpy(), best.x, rtol=0, atol=1e-9)
+        assert rms[b] == pytest.approx(np.sqrt(2 * best.cost / (9 * 2)), rel=1e-6)
+    start = clean[:, 0]
+    assert (z - start).norm(dim=-1).mean() < 0.6 * (windows[0] - start).norm(dim=-1).mean()
 
 
 # ---- through the train stage: resume, and the default path -----------------------------------
