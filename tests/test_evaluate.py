@@ -246,8 +246,12 @@ def test_fitted_starts_are_closer_to_the_clean_ones_and_checked(data_dir, tmp_pa
     first = evaluate(compose_cfg(data_dir, run_dir, *fast, "eval.overwrite=true"))
     assert first["rollout_init"] == "first" and "start_error" not in first
     assert first["traj_mse"] != metrics["traj_mse"]
+    observed = evaluate(compose_cfg(data_dir, run_dir, *fast, "eval.init=observed"))
+    assert observed["start_error"] == observed["start_error_observed"] > 0
+    assert observed["start_error_observed"] == metrics["start_error_observed"]
+    assert "init_steps" not in observed
     for override, message in (
-        ("eval.init=smooth", "eval.init must be first or fitted, got 'smooth'"),
+        ("eval.init=smooth", "eval.init must be first, observed or fitted, got 'smooth'"),
         ("eval.init_steps=21", "eval.init=fitted needs eval.init_steps <= the 20 rolled-out steps"),
     ):
         with pytest.raises(UserError, match=message):

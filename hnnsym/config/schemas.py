@@ -168,7 +168,7 @@ class EvalSchema:
     slice_points: int = checked(ge(2))
     rollout_steps: int | None = checked(ge(1), nullable=True)
     max_trajectories: int | None = checked(ge(1), nullable=True)
-    init: str = checked(one_of("first", "fitted"))
+    init: str = checked(one_of("first", "observed", "fitted"))
     init_steps: int = checked(ge(1))
     init_iterations: int = checked(ge(1))
     substeps: int | None = checked(ge(1), nullable=True)
