@@ -232,6 +232,32 @@ def test_bad_settings_are_user_errors(data_dir, tmp_path, override, message):
         evaluate(compose_cfg(data_dir, run_dir, override))
 
 
+def test_fitted_starts_are_closer_to_the_clean_ones_and_checked(data_dir, tmp_path):
+    """eval.init=fitted: the rollouts start from states fitted to the first 8 noisy test
+    observations under the model; with a model close to the true field they are closer to the
+    clean starts than the observed ones, and the rollout is compared with the clean states."""
+    run_dir = tmp_path / "run"
+    write_checkpoint(run_dir, fitted_to_true_field(), data_file(data_dir))
+    fast = ("eval.figures=false", "eval.rollout_steps=20")
+    metrics = evaluate(compose_cfg(data_dir, run_dir, *fast, "eval.init=fitted"))
+    assert metrics["rollout_init"] == "fitted" and metrics["init_steps"] == 8
+    assert metrics["start_error"] < 0.7 * metrics["start_error_observed"], metrics
+    assert 0.005 < metrics["init_fit_rms"] < 0.02  # about the noise std 0.01
+    first = evaluate(compose_cfg(data_dir, run_dir, *fast, "eval.overwrite=true"))
+    assert first["rollout_init"] == "first" and "start_error" not in first
+    assert first["traj_mse"] != metrics["traj_mse"]
+    observed = evaluate(compose_cfg(data_dir, run_dir, *fast, "eval.init=observed"))
+    assert observed["start_error"] == observed["start_error_observed"] > 0
+    assert observed["start_error_observed"] == metrics["start_error_observed"]
+    assert "init_steps" not in observed
+    for override, message in (
+        ("eval.init=smooth", "eval.init must be first, observed or fitted, got 'smooth'"),
+        ("eval.init_steps=21", "eval.init=fitted needs eval.init_steps <= the 20 rolled-out steps"),
+    ):
+        with pytest.raises(UserError, match=message):
+            evaluate(compose_cfg(data_dir, run_dir, *fast, "eval.init=fitted", override))
+
+
 def test_corrupt_checkpoint_is_a_user_error(data_dir, tmp_path):
     path = tmp_path / "run" / "checkpoints" / "best.pt"
     path.parent.mkdir(parents=True)

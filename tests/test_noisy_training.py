@@ -1,16 +1,20 @@
-"""Options of `train` for noisy data (issue 17): the weight average (train.ema, ema_start) and the
-learned initial states (train.init=learned)."""
+"""Options of `train` for noisy data (issue 17): the weight average (train.ema, ema_start), the
+learned initial states (train.init=learned) and multiple shooting with learned segment starts
+joined by a continuity penalty (train.continuity)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from conftest import tiny_trainer
+from scipy.optimize import least_squares
 from torch import nn
 
 from hnnsym.config.schemas import validated
 from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
+from hnnsym.evaluation.metrics import fit_initial_states
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.solve import solve
 from hnnsym.physics.systems import double_well
@@ -91,6 +95,40 @@ class TrueDoubleWell(nn.Module):
         return self.system(y) + 0.0 * self.unused
 
 
+H_STEP, SIGMA = 0.05, 0.05
+MIDPOINT = get_integrator("implicit_midpoint", tol=1e-13)
+
+
+def clean_and_noisy(n: int, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """n exact implicit-midpoint trajectories (n, steps+1, 2) of the true double well (h = 0.05)
+    from random starts, and the same plus Gaussian noise of std SIGMA (seeded)."""
+    gen = torch.Generator().manual_seed(0)
+    y0 = (torch.rand(n, 2, generator=gen, dtype=torch.float64) - 0.5) * 2.4
+    clean = solve(double_well(), y0, H_STEP, steps, MIDPOINT, "backprop").ys.detach()
+    clean = clean.transpose(0, 1)
+    return clean, clean + SIGMA * torch.randn(clean.shape, generator=gen, dtype=torch.float64)
+
+
+def fit_true_starts(observed, window, segments, tmp_path, continuity=0.0, epochs=6):
+    """θ fixed at the truth (SGD with lr 0): only the learned starts move, one step per epoch on
+    windows of ``window`` steps in ``segments`` segments. Returns (starts, trainer)."""
+    model = TrueDoubleWell()
+    loss = WindowLoss(MIDPOINT, "symplectic_adjoint", H_STEP, segments=segments, init="learned",
+                      continuity=continuity)  # fmt: skip
+    lr = LearnedStarts.default_lr(window, segments, continuity)
+    starts = LearnedStarts(observed, segments, lr)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: 1.0)
+    options = TrainOptions(epochs=epochs, batch_size=16, window=window, val_batch_size=64,
+                           patience=100, min_delta=0.0, schedule="none", progress=False)  # fmt: skip
+    trainer = Trainer(model, loss, optimizer, scheduler,
+                      TrainData(observed, observed[:8, : window + 1].transpose(0, 1),
+                                torch.Generator()),
+                      options, tmp_path, {"model_config": {}}, starts)  # fmt: skip
+    trainer.fit()
+    return starts, trainer
+
+
 @pytest.mark.parametrize("segments", [1, 2])
 def test_learned_starts_move_to_the_clean_starts(tmp_path, segments):
     """Noisy observations of exact implicit-midpoint trajectories of the true H: with θ fixed at
@@ -98,31 +136,116 @@ def test_learned_starts_move_to_the_clean_starts(tmp_path, segments):
     adjoint) move from the noisy observations to within a fraction of the noise of the clean
     states (least squares over the window's L+1 points: about σ/√(L+1)); the states that start no
     segment stay at their observations."""
-    n, steps, h, sigma = 64, 8, 0.05, 0.05
-    gen = torch.Generator().manual_seed(0)
-    y0 = (torch.rand(n, 2, generator=gen, dtype=torch.float64) - 0.5) * 2.4
-    midpoint = get_integrator("implicit_midpoint", tol=1e-13)
-    clean = solve(double_well(), y0, h, steps, midpoint, "backprop").ys.detach().transpose(0, 1)
-    observed = clean + sigma * torch.randn(clean.shape, generator=gen, dtype=torch.float64)
-    model = TrueDoubleWell()
-    loss = WindowLoss(midpoint, "symplectic_adjoint", h, segments=segments, init="learned")
-    starts = LearnedStarts(observed, segments, LearnedStarts.default_lr(steps, segments))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: 1.0)
-    options = TrainOptions(epochs=6, batch_size=16, window=steps, val_batch_size=64, patience=100,
-                           min_delta=0.0, schedule="none", progress=False)  # fmt: skip
-    trainer = Trainer(model, loss, optimizer, scheduler,
-                      TrainData(observed, observed[:8].transpose(0, 1), torch.Generator()),
-                      options, tmp_path, {"model_config": {}}, starts)  # fmt: skip
+    steps = 8
+    clean, observed = clean_and_noisy(64, steps)
     at = list(range(0, steps, steps // segments))  # the segment starts
     before = (observed[:, at] - clean[:, at]).norm(dim=-1).mean()
-    trainer.fit()
+    starts, _ = fit_true_starts(observed, steps, segments, tmp_path)
     after = (starts.states[:, at] - clean[:, at]).norm(dim=-1).mean()
     assert after < 0.6 * before, (float(before), float(after))
     others = [t for t in range(steps + 1) if t not in at]
     assert torch.equal(starts.states[:, others], observed[:, others])
     payload = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
     assert torch.equal(payload["learned_states"], starts.states)
+
+
+# ---- multiple shooting: learned segment starts joined by the continuity penalty ---------------
+def test_continuity_penalty_is_the_sum_of_the_junction_defects_and_zero_on_clean_data():
+    """The loss with continuity w is the loss without it plus w Σ_{b,k} ||Φ_L(z_k) − z_{k+1}||²
+    / (S·B), the defects computed here by solving each segment on its own; started from the clean
+    states of exact trajectories of the true H, the defects vanish (to the solver's tolerance)."""
+    steps, segments, length = 12, 3, 4
+    clean, observed = clean_and_noisy(5, steps)
+    windows = observed.transpose(0, 1)  # (τ+1, B, 2): whole trajectories
+    batch = windows.shape[1]
+    z = torch.cat([observed[:, k * length] for k in range(segments)])  # segment-major (S·B, 2)
+    model = TrueDoubleWell()
+
+    def loss(w, starts):
+        return WindowLoss(MIDPOINT, "backprop", H_STEP, segments=segments, init="learned",
+                          continuity=w).evaluate(model, windows, y0=starts)  # fmt: skip
+
+    ends = solve(double_well(), z, H_STEP, length, MIDPOINT, "backprop").ys[-1]
+    defects = ((ends[:-batch] - z[batch:]) ** 2).sum(-1)  # (S−1)·B junctions
+    plain, tied = loss(0.0, z), loss(2.5, z)
+    expected = plain.value + 2.5 * defects.sum() / (segments * batch)
+    torch.testing.assert_close(tied.value, expected, rtol=1e-12, atol=0)
+    assert tied.value > plain.value * 1.01  # the noisy starts do not join
+    torch.testing.assert_close(tied.defect, defects.sqrt().mean(), rtol=1e-12, atol=0)
+    assert plain.defect is not None  # reported without the penalty too
+    z_clean = torch.cat([clean[:, k * length] for k in range(segments)])
+    on_clean = loss(2.5, z_clean)
+    assert float(on_clean.defect) < 1e-11
+    assert float((on_clean.value - loss(0.0, z_clean).value).detach()) < 1e-20
+
+
+def test_multiple_shooting_with_continuity_denoises_the_starts_and_joins_the_segments(tmp_path):
+    """Whole noisy trajectories of the true H (16 steps) in 4 segments with learned starts: the
+    continuity penalty (w = 4) brings the starts closer to the clean states than the segments
+    fitted apart (w = 0; each start then fits its own 5 observations) and cuts the defect at the
+    junctions, which the epochs' mean in metrics.csv shows falling."""
+    steps, segments = 16, 4
+    clean, observed = clean_and_noisy(64, steps)
+    at = list(range(0, steps, steps // segments))
+    before = (observed[:, at] - clean[:, at]).norm(dim=-1).mean()
+    result = {}
+    for w in (0.0, 4.0):
+        starts, trainer = fit_true_starts(observed, steps, segments, tmp_path / str(w), w)
+        result[w] = (
+            (starts.states[:, at] - clean[:, at]).norm(dim=-1).mean(),
+            [row["continuity_defect"] for row in trainer.state.history],
+        )
+    (apart, defect_apart), (joined, defect_joined) = result[0.0], result[4.0]
+    assert joined < 0.45 * before, (float(before), float(joined))
+    assert joined < 0.9 * apart, (float(apart), float(joined))
+    assert defect_joined[-1] < 0.25 * defect_joined[0], defect_joined
+    assert defect_joined[-1] < 0.6 * defect_apart[-1], (defect_apart, defect_joined)
+    csv = (tmp_path / "4.0" / "metrics.csv").read_text().splitlines()[0]
+    assert "continuity_defect" in csv.split(",")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["train.continuity=-1"], r"train.continuity must be a finite number >= 0, got -1"),
+        (["train.continuity=inf"], r"train.continuity must be a finite number >= 0"),
+        (["train.continuity=2", "train.window=4", "train.segments=2"],
+         r"train.continuity=2.0 joins segments that start from learned states: it needs "
+         r"train.init=learned"),
+        (["train.continuity=2", "train.init=learned"],
+         r"train.continuity=2.0 joins segments: it needs train.segments > 1"),
+    ],
+)  # fmt: skip
+def test_bad_continuity_is_a_one_line_user_error(compose_config, overrides, message):
+    cfg = compose_config("train", overrides)
+    with pytest.raises(UserError, match=message) as err:
+        validated(cfg, "train")
+    assert "\n" not in str(err.value)
+
+
+# ---- fitted starts at evaluation ----------------------------------------------------------------
+def test_fitted_initial_states_are_the_least_squares_starts():
+    """fit_initial_states (Levenberg–Marquardt, central-difference Jacobians through the rollout)
+    gives the least-squares start of each trajectory under the true H, as scipy's least_squares
+    finds it through the same integrator, and is closer to the clean starts than y_0."""
+    clean, observed = clean_and_noisy(6, 8)
+    windows = observed.transpose(0, 1)
+    z, rms = fit_initial_states(double_well(), windows, H_STEP, MIDPOINT, iterations=6)
+
+    def residual(b):
+        def r(start):
+            one = torch.as_tensor(start, dtype=torch.float64)[None]
+            ys = solve(double_well(), one, H_STEP, 8, MIDPOINT, "backprop").ys.detach()
+            return (ys[:, 0] - windows[:, b]).flatten().numpy()
+
+        return r
+
+    for b in range(2):
+        best = least_squares(residual(b), windows[0, b].numpy(), xtol=1e-14, ftol=1e-14)
+        np.testing.assert_allclose(z[b].numpy(), best.x, rtol=0, atol=1e-9)
+        assert rms[b] == pytest.approx(np.sqrt(2 * best.cost / (9 * 2)), rel=1e-6)
+    start = clean[:, 0]
+    assert (z - start).norm(dim=-1).mean() < 0.6 * (windows[0] - start).norm(dim=-1).mean()
 
 
 # ---- through the train stage: resume, and the default path -----------------------------------
@@ -137,7 +260,13 @@ def test_resume_with_ema_and_learned_starts_is_exact(compose_config, tiny_datase
     """4 epochs straight = 2 epochs, Ctrl-C, and a resume to 4 (model, raw weights, average,
     learned starts and validation losses bit for bit)."""
     path = tiny_dataset(sizes={"train": (12, 6), "val": (4, 6), "test": (2, 9)})
-    options = ("train.ema=0.8", "train.init=learned", "train.window=6", "train.segments=2")
+    options = (
+        "train.ema=0.8",
+        "train.init=learned",
+        "train.window=6",
+        "train.segments=2",
+        "train.continuity=1",
+    )
     straight = train(compose_config("train", stage_overrides(path, tmp_path / "a", *options,
                                                              "train.epochs=4")))  # fmt: skip
     run_epoch = Trainer.run_epoch

@@ -135,6 +135,7 @@ class TrainSchema:
     init: str = checked(one_of("observed", "smoothed", "learned"))
     init_iterations: int = checked(ge(1))
     init_lr: float | None = checked(gt(0), nullable=True)
+    continuity: float = checked(finite_ge(0))
     ema: float | None = checked(Rule("in (0, 1]", lambda v: 0 < v <= 1), nullable=True)
     ema_start: int = checked(ge(1))
     resume: Any = MISSING  # true | false | auto
@@ -167,6 +168,9 @@ class EvalSchema:
     slice_points: int = checked(ge(2))
     rollout_steps: int | None = checked(ge(1), nullable=True)
     max_trajectories: int | None = checked(ge(1), nullable=True)
+    init: str = checked(one_of("first", "observed", "fitted"))
+    init_steps: int = checked(ge(1))
+    init_iterations: int = checked(ge(1))
     substeps: int | None = checked(ge(1), nullable=True)
     valid_threshold: float = checked(between(0, 1))
     segment: int = checked(ge(1))
@@ -242,6 +246,12 @@ def _train_rules(cfg: DictConfig) -> str | None:
     if t.val_window is not None and t.val_window % t.segments:
         return (f"train.val_window ({t.val_window}) must be a multiple of train.segments "
                 f"({t.segments})")  # fmt: skip
+    if t.continuity and t.init != "learned":
+        return (f"train.continuity={t.continuity} joins segments that start from learned states: "
+                "it needs train.init=learned")  # fmt: skip
+    if t.continuity and t.segments == 1:
+        return (f"train.continuity={t.continuity} joins segments: it needs train.segments > 1 "
+                "(e.g. train.window=32 train.segments=4)")  # fmt: skip
     if "integrator" in cfg and cfg.integrator.get("predictor") == "observed" and t.substeps != 1:
         return "integrator.predictor=observed needs train.substeps=1"
     return None

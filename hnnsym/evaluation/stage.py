@@ -37,6 +37,7 @@ from hnnsym.evaluation.metrics import (
     RolloutResult,
     damping_metrics,
     default_grid_points,
+    fit_initial_states,
     grid_errors,
     rollout,
     rollout_metrics,
@@ -222,7 +223,9 @@ def hamiltonian_metrics(
 ) -> tuple[dict, pd.DataFrame, list[str]]:
     """The metrics (with notes), per-step curves and figures of a model of (q, p) states: H and
     its vector field on the grid, and the rollout through the integrator group from the test
-    initial conditions ``truth[0]``."""
+    initial conditions ``truth[0]`` (``eval.init=observed``: the first observed test states;
+    ``fitted``: the starts fitted to the first ``eval.init_steps`` + 1 of them,
+    ``fit_initial_states``)."""
     e = cfg.eval
     device, dtype = truth.device, truth.dtype
     data_file = Path(cfg.data_file)
@@ -238,7 +241,22 @@ def hamiltonian_metrics(
         integ = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
     except ValueError as err:
         raise UserError(str(err)) from err
-    result = rollout(model, truth[0], obs_dt, steps, integ, substeps=substeps, segment=e.segment)
+    start, fitted = truth[0], {"rollout_init": e.init}
+    if e.init != "first":
+        k = 0 if e.init == "observed" else int(e.init_steps)
+        observed = torch.as_tensor(data.splits["test"].observed[: truth.shape[1], : k + 1])
+        observed = observed.transpose(0, 1).to(device, dtype)
+        start = observed[0]
+        if e.init == "fitted":
+            start, rms = fit_initial_states(model, observed, obs_dt, integ, substeps=substeps,
+                                            iterations=int(e.init_iterations),
+                                            segment=e.segment)  # fmt: skip
+            fitted |= {"init_steps": k, "init_fit_rms": float(rms[torch.isfinite(rms)].mean())}
+        fitted |= {
+            "start_error": float((start - truth[0]).norm(dim=-1).mean()),
+            "start_error_observed": float((observed[0] - truth[0]).norm(dim=-1).mean()),
+        }
+    result = rollout(model, start, obs_dt, steps, integ, substeps=substeps, segment=e.segment)
     roll = rollout_metrics(result, truth, t, system, model, e.valid_threshold, e.chunk)
 
     # figures, curves, metrics
@@ -270,6 +288,7 @@ def hamiltonian_metrics(
         "rollout_substeps": substeps,
         "rollout_integrator": integ.name,
         "rollout_reference": reference,
+        **fitted,
         "rollout_failures": sorted({r for r in result.fail_reason if r}),
     }
     return core, curves, figures
@@ -335,6 +354,16 @@ def evaluate(cfg: DictConfig) -> dict:
     truth = torch.as_tensor(states[:n, : steps + 1]).transpose(0, 1).to(device, dtype)
     t = torch.as_tensor(test.t[: steps + 1]).to(device, dtype)
     substeps = int(e.substeps or trained_options(payload).get("substeps") or 1)
+    if e.init != "first":
+        where = None
+        if is_constrained(system) or is_position_model(model) or not system.known:
+            where = "a model of (q, p) states of a known system (not this one)"
+        elif test.observed.shape[-1] != 2 * system.dim:
+            where = "observed (q, p) states in the test split"
+        elif e.init == "fitted" and e.init_steps > steps:
+            where = f"eval.init_steps <= the {steps} rolled-out steps, got {e.init_steps}"
+        if where:
+            raise UserError(f"eval.init={e.init} needs {where}")
 
     if is_constrained(system):  # seed 004: rollouts compared in Cartesian coordinates
         fine_dt = data.attrs.get("fine_dt")

@@ -22,6 +22,13 @@ same for all.
   (``LearnedStarts``), refined jointly with θ; the loss then also counts t = 0,
   L = Σ_{t=0..τ} ||ŷ_t − y_t||² (the least-squares fit of a trajectory to its observations).
   Validation windows have no learned states and start from y_0.
+  Multiple shooting with ``segments`` = S and ``continuity`` = w > 0 (learned starts only): the
+  window's S segments of L = τ/S steps, started from z_0..z_{S−1}, are tied into one trajectory by
+  the defects d_k = Φ_L(z_k) − z_{k+1} of their junctions; per window
+  J = Σ_{k<S} Σ_{t=0..L} ||Φ_t(z_k) − y_{kL+t}||² + w Σ_{k<S−1} ||d_k||²,
+  and the loss is the mean over the windows of J/S (w = 0: the mean of the segments' losses, as
+  without the penalty). As w → ∞ it becomes single shooting of the whole window from z_0 (with the
+  junction observations counted twice), at any w it keeps S starts free to absorb the noise.
 ``FiniteDifferenceLoss``, point midpoint / euler (SHNN, David & Méhats 2023):
     L = Σ_{t=0..τ−1} ||(y_{t+1} − y_t)/h − f_θ(m_t)||²,  m_t = (y_t + y_{t+1})/2, or (q_{t+1}, p_t)
   no solver in the loop: H_θ is fitted so that the implicit midpoint (symplectic Euler) step of
@@ -45,6 +52,7 @@ checks the data and the model against it.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
 
@@ -70,6 +78,7 @@ class LossValue:
 
     value: Tensor
     stats: SolverStats | None = None
+    defect: Tensor | None = None  # learned segment starts: mean ||Φ_L(z_k) − z_{k+1}|| (detached)
 
 
 class Loss:
@@ -96,7 +105,7 @@ def evaluate_loss(loss: Callable[[nn.Module, Tensor], Tensor], model: nn.Module,
 @dataclass
 class LossContext:
     """What a loss may be built from: the integrator and gradient method of the run, the
-    observation interval ``obs_dt`` and the train options (substeps, segments, init)."""
+    observation interval ``obs_dt`` and the train options (substeps, segments, init, continuity)."""
 
     integrator: Integrator
     gradient: GradientMethod | str
@@ -105,6 +114,7 @@ class LossContext:
     segments: int = 1
     init: str = "observed"
     init_iterations: int = 1
+    continuity: float = 0.0
 
 
 @dataclass
@@ -127,6 +137,8 @@ class WindowLoss(Loss, LossContext):
             raise ValueError(
                 f"init_iterations must be a whole number >= 1, got {self.init_iterations}"
             )
+        if not (math.isfinite(self.continuity) and self.continuity >= 0):
+            raise ValueError(f"continuity must be finite and >= 0, got {self.continuity}")
 
     def rollout(
         self, model: nn.Module, y0: Tensor, windows: Tensor, gradient
@@ -155,8 +167,9 @@ class WindowLoss(Loss, LossContext):
 
     def evaluate(self, model: nn.Module, windows: Tensor, y0: Tensor | None = None) -> LossValue:
         """The loss of ``windows`` (τ+1, B, 2d); ``y0`` (S·B, 2d, segment-major: row k·B + b is
-        segment k of window b) gives the starts (learned ones), and the loss then counts t = 0."""
-        tau = windows.shape[0] - 1
+        segment k of window b) gives the starts (learned ones), and the loss then counts t = 0,
+        adds the continuity penalty and reports the junctions' defect (module doc)."""
+        tau, batch = windows.shape[0] - 1, windows.shape[1]
         if self.segments > 1:
             length = tau // self.segments
             windows = torch.cat(
@@ -170,7 +183,15 @@ class WindowLoss(Loss, LossContext):
         else:
             y0 = windows[0]
         pred, stats = self.rollout(model, y0, windows, self.gradient)
-        return LossValue(((pred[first:] - windows[first:]) ** 2).sum(dim=(0, 2)).mean(), stats)
+        value = ((pred[first:] - windows[first:]) ** 2).sum(dim=(0, 2)).mean()
+        if first or self.segments == 1:
+            return LossValue(value, stats)
+        width = y0.shape[-1]
+        ends, starts = pred[-1].reshape(self.segments, batch, width), y0.reshape(-1, batch, width)
+        defect = ((ends[:-1] - starts[1:]) ** 2).sum(-1)  # (S−1, B): ||d_k||² per junction
+        if self.continuity:
+            value = value + self.continuity * defect.sum() / (self.segments * batch)
+        return LossValue(value, stats, defect.detach().sqrt().mean())
 
 
 class LearnedStarts:
@@ -184,7 +205,10 @@ class LearnedStarts:
     (z jumps to the start that fits the window under the current flow); the flow stretches some
     directions (by e^{Lh} near the double well's saddle), which makes that step overshoot, so the
     default (``default_lr``) is half of it, 1/(4(L+1)): the error contracts by about half per
-    step while the mean of ∂Φ_tᵀ∂Φ_t stays below 4.
+    step while the mean of ∂Φ_tᵀ∂Φ_t stays below 4. With the continuity penalty w (``WindowLoss``)
+    the window's loss is J of the module doc, each z_k is the start of one junction and the end
+    of another, ∂²J/∂z_k² ≈ 2(L+1+2w) I, and the default is again half of that step,
+    1/(4(L+1+2w)).
     """
 
     def __init__(self, observed: Tensor, segments: int, lr: float):
@@ -193,8 +217,9 @@ class LearnedStarts:
         self._where: tuple[Tensor, Tensor] | None = None
 
     @staticmethod
-    def default_lr(window: int, segments: int) -> float:
-        return 1.0 / (4 * (window // segments + 1))
+    def default_lr(window: int, segments: int, continuity: float = 0.0) -> float:
+        """Half a Gauss–Newton step, 1/(4(L+1+2w)) for L = window/segments (class doc)."""
+        return 1.0 / (4 * (window // segments + 1 + 2 * continuity))
 
     def select(self, batch_index: Tensor, times: Tensor) -> Tensor:
         """The starts (S·B, 2d), segment-major as ``WindowLoss.evaluate`` takes them, of the
@@ -209,7 +234,7 @@ class LearnedStarts:
 
     def step(self, z: Tensor) -> None:
         """Move the starts ``select`` gave by z.grad, the gradient of a loss that is the mean of
-        the windows' losses over the S·B rows (so z.grad · S·B is ∂ℓ_b/∂z)."""
+        the windows' losses over the S·B rows (so z.grad · S·B is ∂ℓ_b/∂z, or ∂J/∂z_k)."""
         if z.grad is None or self._where is None:
             raise RuntimeError("LearnedStarts.step needs the z of select() after backward()")
         rows, cols = self._where

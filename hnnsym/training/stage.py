@@ -131,7 +131,7 @@ def build_trainer(
     except ValueError as err:
         raise UserError(str(err)) from err
     context = LossContext(integrator, gradient, obs_dt, int(t.substeps), int(t.segments),
-                          str(t.init), int(t.init_iterations))  # fmt: skip
+                          str(t.init), int(t.init_iterations), float(t.continuity))  # fmt: skip
     loss = build_run_loss(cfg.method, context)
     if t.window < loss.min_window:
         raise UserError(
@@ -148,7 +148,9 @@ def build_trainer(
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     starts = None
     if t.init == "learned":
-        lr = LearnedStarts.default_lr(t.window, t.segments) if t.init_lr is None else t.init_lr
+        lr = t.init_lr
+        if lr is None:
+            lr = LearnedStarts.default_lr(t.window, t.segments, float(t.continuity))
         starts = LearnedStarts(trajectories, t.segments, lr)
     return Trainer(
         model, loss, optimizer, scheduler,

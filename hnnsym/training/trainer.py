@@ -136,7 +136,8 @@ class Trainer:
     is validated and checkpointed as ``model`` (early stopping, the plateau schedule and best.pt
     see it); the raw weights, which the optimizer keeps stepping, are saved beside it for resume.
     With ``starts`` (``init="learned"``) each batch's windows start from their learned states,
-    which take one step per batch after θ's.
+    which take one step per batch after θ's; with segments, the epoch's mean junction defect
+    (``LossValue.defect``) is the ``continuity_defect`` column of metrics.csv.
     """
 
     def __init__(
@@ -249,7 +250,7 @@ class Trainer:
         order = torch.randperm(n, generator=self.generator)
         batches = [order[i : i + t.batch_size] for i in range(0, n, t.batch_size)]
         start = time.perf_counter()
-        running = 0.0
+        running, defect = 0.0, None
         bar = tqdm(
             batches, desc=f"epoch {self.state.epoch + 1}/{t.epochs}", leave=False,
             disable=not t.progress, dynamic_ncols=True,
@@ -283,14 +284,19 @@ class Trainer:
             if self.average is not None and self.state.epoch + 1 >= t.ema_start:
                 self.average.update_parameters(self.model)
             running += (loss.item() - running) / (k + 1)
+            if value.defect is not None:
+                defect = float(value.defect) if defect is None else defect
+                defect += (float(value.defect) - defect) / (k + 1)
             bar.set_postfix(loss=f"{running:.3e}")
         val = self.validate()
         if not math.isfinite(val):
             raise _Diverged(f"validation loss {val} at epoch {self.state.epoch + 1}")
         seconds = time.perf_counter() - start
+        extra = {} if defect is None else {"continuity_defect": defect}
         return {
             "epoch": self.state.epoch + 1,
             "train_loss": running,
+            **extra,
             "val_loss": val,
             "lr": self.optimizer.param_groups[0]["lr"],
             "epoch_time": seconds,
