@@ -263,7 +263,7 @@ class Rattle:
                 f"integrator=rattle: position_constraints(q) of q {tuple(q.shape)} must return "
                 f"(B, m) with 0 < m < {n}, got {tuple(gq.shape)}"
             )
-        _, Hp = _grad_H(H, q, y0[:, n:].detach(), False)
+        Hq, Hp = _grad_H(H, q, y0[:, n:].detach(), False)
         G = _G(H, q, gq.shape[1], False)
         velocity = torch.einsum("bmn,bn->bm", G, Hp)
         tol = self.manifold_tol or MANIFOLD_TOL.get(y0.dtype, 1e-2)
@@ -276,25 +276,23 @@ class Rattle:
                 f"raise integrator.manifold_tol"
             )
         if self.multipliers(H):
-            self._check_separable(H, y0.detach(), who)
+            self._check_separable(H, q, y0[:, n:].detach(), Hq, Hp, who)
 
-    def _check_separable(self, H, y0: Tensor, who: str) -> None:
-        """The multiplier form needs ∇_p H = M⁻¹p and ∇_q H independent of p: checked at y0."""
+    def _check_separable(self, H, q: Tensor, p: Tensor, Hq: Tensor, Hp: Tensor, who: str) -> None:
+        """The multiplier form needs ∇_p H = M⁻¹p and ∇_q H independent of p: checked at the
+        initial states (q, p), where ∇H = (Hq, Hp)."""
         if not callable(getattr(H, "mass_matrix", None)):
             raise IncompatibleError(
                 f"integrator.formulation=multipliers needs an H with a constant mass_matrix() "
                 f"(H = ½pᵀM⁻¹p + V(q)), but {who} has none; use formulation=general or auto"
             )
-        n = y0.shape[-1] // 2
-        q, p = y0[:, :n], y0[:, n:]
         with torch.no_grad():
-            Hq, Hp = _grad_H(H, q, p, False)
             off = max(
                 float((Hp - p @ _inverse_mass(H, p).T).abs().max()),
                 float((Hq - _force(H, q, False)).abs().max()),
             )
             scale = float(torch.cat([Hq, Hp], -1).abs().max())
-        if not off <= 1e3 * torch.finfo(y0.dtype).eps * (1 + scale):
+        if not off <= 1e3 * torch.finfo(q.dtype).eps * (1 + scale):
             raise IncompatibleError(
                 f"integrator=rattle: {who} has a mass_matrix() but is not H = ½pᵀM⁻¹p + V(q) with "
                 f"that M (|∇H − [∇V, M⁻¹p]| = {off:.3g} at the initial states); set "
