@@ -21,11 +21,29 @@ from H's ``vector_field``: RATTLE needs the unconstrained gradient). Jacobians a
 autograd, batched: the rows of a (B, k) -> (B, k) residual's Jacobian come from one backward pass
 over k stacked copies of the batch (``_jacobian``).
 
+The multiplier form (``formulation="multipliers"``; ``"auto"``, the default, takes it for an H
+with a ``mass_matrix()``, which declares H = ½pᵀM⁻¹p + V(q) with a constant M, as CHNN, CLNN and
+the constrained systems do; checked at the initial states): the first lines are then explicit
+given the impulse Λ,
+
+    p_{n+½} = pt − G(q_n)ᵀΛ,   q_{n+1} = qt − h M⁻¹G(q_n)ᵀΛ,
+    pt = p_n − h/2 ∇V(q_n),     qt = q_n + h M⁻¹ pt,
+
+so Newton solves g(q_{n+1}(Λ)) = 0 for the m unknowns Λ alone (Jacobian −h G(q_{n+1}) M⁻¹ G(q_n)ᵀ,
+m × m; no evaluation of V inside the iteration), and the velocity step is linear in M:
+(G₁M⁻¹G₁ᵀ) M = G₁M⁻¹(p_{n+½} − h/2 ∇V(q_{n+1})), G₁ = G(q_{n+1}). One ∇V per step (a forward
+without a graph reuses ∇V(q_{n+1}) for the next step), no Jacobian of H. The same solution as the
+general form (to rounding, tested). Its adjoint is the implicit function theorem on the reduced
+system: with y_{n+1} = Y(Λ; y_n, θ) and R(Λ; y_n, θ) = g(q_{n+1}) = 0, a = (∂Y/∂(Λ, y_n, θ))ᵀ λ
+by one backward pass, w = −(∂R/∂Λ)⁻ᵀ a_Λ (m × m), and dL/d(y_n, θ) = a + (∂R/∂(y_n, θ))ᵀ w.
+G comes from H's ``position_constraints_jacobian(q)`` when it has one (closed form), else from
+autograd as above.
+
 Newton is simplified: the Jacobian of the first iterate is reused while each update shrinks by
 at least a factor 100 (``REFRESH``), and taken afresh otherwise. It stops when the estimated
 distance to the solution, min(|Δ|, θ/(1−θ)|Δ|) with θ the ratio of successive max-norm updates
-(Hairer & Wanner IV.8), is ≤ ``tol`` (None: 1e-12 in float64, 1e-6 in float32). A step that has not converged after ``max_iter`` iterations raises
-``ConvergenceError`` (``on_fail="warn"|"ignore"`` to relax, as for the stage solver).
+(Hairer & Wanner IV.8), is ≤ ``tol`` (None: 1e-12 in float64, 1e-6 in float32). A step that has
+not converged after ``max_iter`` iterations raises ``ConvergenceError`` (``on_fail="warn"|"ignore"`` to relax, as for the stage solver).
 
 Gradients (``implicit_gradient=True``, the default): each step is a ``torch.autograd.Function``
 whose backward solves the transposed linearised step equations at the converged solution,
@@ -33,8 +51,8 @@ Jᵀ w = −∂L/∂X with J = ∂F/∂X of all five blocks F(X; y_n, θ) = 0, X
 dL/dy_n = (∂F/∂y_n)ᵀ w and dL/dθ = (∂F/∂θ)ᵀ w (implicit function theorem): exact to the solver
 tolerance, and each step keeps only y_n and X (no Newton iterations). ``gradient=backprop`` and
 ``checkpoint`` differentiate through it; ``symplectic_adjoint`` runs the forward without a graph,
-keeps the states, and in backward re-solves step n from y_n (seeded by y_{n+1}) and applies the
-same transposed solve (``step_vjp``). With ``implicit_gradient=False`` autograd records the
+keeps the states, and in backward re-solves step n from y_n (seeded by y_{n+1}; the multiplier
+form by the forward's own iteration) and applies the same transposed solve (``step_vjp``). With ``implicit_gradient=False`` autograd records the
 Newton iterations themselves (memory ∝ steps × iterations; a reference for tests).
 """
 
