@@ -201,17 +201,30 @@ def _finish(
     H, kick: tuple[Tensor, Tensor, Tensor, Tensor], lam: Tensor, Minv: Tensor, h: float,
     graph: bool,
 ) -> tuple[Tensor, Tensor]:  # fmt: skip
-    """X = (p½, q1, Λ, p1, M) (B, 3n+2m) and ∇V(q1) from the impulse Λ: p½ and q1 as in
-    ``_kick``, then the velocity step p1 = p½ − h/2 ∇V(q1) − G1ᵀM with G1 M⁻¹ p1 = 0, linear in
-    M: (G1 M⁻¹ G1ᵀ) M = G1 M⁻¹ (p½ − h/2 ∇V(q1))."""
+    """X = (p½, q1, Λ, p1, M) (B, 3n+2m) and ∇V(q1) from the impulse Λ (``_position``, then
+    ``_velocity``)."""
+    ph, q1 = _position(kick, lam)
+    p1, mu, f1 = _velocity(H, q1, ph, Minv, h, lam.shape[-1], graph)
+    return torch.cat([ph, q1, lam, p1, mu], -1), f1
+
+
+def _position(kick: tuple[Tensor, Tensor, Tensor, Tensor], lam: Tensor) -> tuple[Tensor, Tensor]:
+    """(p½, q1) = (pt − G0ᵀΛ, qt − D0ᵀΛ) (``_kick``)."""
     pt, qt, G0, D0 = kick
-    ph, q1 = pt - _along(lam, G0), qt - _along(lam, D0)
+    return pt - _along(lam, G0), qt - _along(lam, D0)
+
+
+def _velocity(
+    H, q1: Tensor, ph: Tensor, Minv: Tensor, h: float, m: int, graph: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The velocity step (p1, M, ∇V(q1)): p1 = p½ − h/2 ∇V(q1) − G1ᵀM with G1 M⁻¹ p1 = 0, linear
+    in M: (G1 M⁻¹ G1ᵀ) M = G1 M⁻¹ (p½ − h/2 ∇V(q1)), G1 = G(q1)."""
     f1 = _force(H, q1, graph)
-    G1 = _G(H, q1, lam.shape[-1], graph)
+    G1 = _G(H, q1, m, graph)
     r = ph - 0.5 * h * f1
     GM = G1 @ Minv  # (B, m, n)
     mu = torch.linalg.solve(GM @ G1.transpose(-1, -2), (GM @ r.unsqueeze(-1))).squeeze(-1)
-    return torch.cat([ph, q1, lam, r - _along(mu, G1), mu], -1), f1
+    return r - _along(mu, G1), mu, f1
 
 
 @dataclass
@@ -520,14 +533,26 @@ class Rattle:
             else:
                 impulse = lam_X[:, :m]
             impulse = impulse.detach().requires_grad_(True)
-            X, _ = _finish(H, kick, impulse, Minv, h, True)
-            out = _output(X, d)
-            q1 = X[:, d : 2 * d]
-            (a_lam,) = torch.autograd.grad(out, impulse, lam, retain_graph=True)
+            # two graphs: (y_n, θ, Λ) -> (p½, q1) through ∇V(q_n), and (p½, q1, θ) -> y_{n+1}
+            # through ∇V(q1), so that each is traversed backwards once
+            ph, q1 = _position(kick, impulse)
+            ph_, q1_ = ph.detach().requires_grad_(True), q1.detach().requires_grad_(True)
+            p1, _, _ = _velocity(H, q1_, ph_, Minv, h, m, True)
+            late = torch.autograd.grad(  # retained: M⁻¹'s graph serves both
+                torch.cat([q1_, p1], -1), [ph_, q1_, *params], lam, retain_graph=True,
+                allow_unused=True,
+            )  # fmt: skip
+            a_ph, a_q1 = late[0], late[1]
+            (a_lam,) = torch.autograd.grad([ph, q1], impulse, [a_ph, a_q1], retain_graph=True)
             with torch.no_grad():
-                A = -_G(H, q1.detach(), m, False) @ kick[3].detach().transpose(-1, -2)
+                A = -_G(H, q1_.detach(), m, False) @ kick[3].detach().transpose(-1, -2)
                 w = -torch.linalg.solve(A.transpose(-1, -2), a_lam.unsqueeze(-1)).squeeze(-1)
-            grads = torch.autograd.grad([out, g(q1)], [y_, *params], [lam, w], allow_unused=True)
+            early = torch.autograd.grad(
+                [ph, q1, g(q1)], [y_, *params], [a_ph, a_q1, w], allow_unused=True
+            )
+        grads = [early[0]]
+        for x, z in zip(early[1:], late[2:]):
+            grads.append(x if z is None else z if x is None else x + z)
         return grads[0], list(grads[1:])
 
 
