@@ -438,6 +438,10 @@ class ConstrainedSystem(System):
         """Φ(x) (..., m) for positions x (..., n)."""
         return self.constraints.phi(x)
 
+    def position_constraints_jacobian(self, x: Tensor) -> Tensor:
+        """DΦ(x) (..., m, n) in closed form (RATTLE uses it instead of autograd)."""
+        return self.constraints.jacobian(x)
+
     def mass_matrix(self) -> Tensor:
         """M (n, n), float64: diag(m_1, m_1, m_2, m_2, ...)."""
         return torch.diag(1 / self.inverse_mass)

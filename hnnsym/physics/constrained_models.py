@@ -122,6 +122,10 @@ class _CartesianChain(nn.Module):
         """Φ(x) (..., m): the chain's |r_k|² − l_k²."""
         return self.constraints.phi(x)
 
+    def position_constraints_jacobian(self, x: Tensor) -> Tensor:
+        """DΦ(x) (..., m, n) in closed form (RATTLE uses it instead of autograd)."""
+        return self.constraints.jacobian(x)
+
 
 class CHNN(_CartesianChain):
     """Constrained HNN on a chain of point masses (module doc)."""

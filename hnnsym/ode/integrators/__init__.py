@@ -62,7 +62,10 @@ INTEGRATORS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     **{name: (_runge_kutta(t), _STAGE_OPTIONS) for name, t in TABLEAUX.items()},
     TaoSplitting.name: (TaoSplitting, ("omega",)),
     ReversibleLeapfrog.name: (ReversibleLeapfrog, ("frac_bits", "rounding")),
-    Rattle.name: (Rattle, ("tol", "max_iter", "on_fail", "manifold_tol", "implicit_gradient")),
+    Rattle.name: (
+        Rattle,
+        ("tol", "max_iter", "on_fail", "manifold_tol", "implicit_gradient", "formulation"),
+    ),
 }
 
 

@@ -21,11 +21,29 @@ from H's ``vector_field``: RATTLE needs the unconstrained gradient). Jacobians a
 autograd, batched: the rows of a (B, k) -> (B, k) residual's Jacobian come from one backward pass
 over k stacked copies of the batch (``_jacobian``).
 
+The multiplier form (``formulation="multipliers"``; ``"auto"``, the default, takes it for an H
+with a ``mass_matrix()``, which declares H = ½pᵀM⁻¹p + V(q) with a constant M, as CHNN, CLNN and
+the constrained systems do; checked at the initial states): the first lines are then explicit
+given the impulse Λ,
+
+    p_{n+½} = pt − G(q_n)ᵀΛ,   q_{n+1} = qt − h M⁻¹G(q_n)ᵀΛ,
+    pt = p_n − h/2 ∇V(q_n),     qt = q_n + h M⁻¹ pt,
+
+so Newton solves g(q_{n+1}(Λ)) = 0 for the m unknowns Λ alone (Jacobian −h G(q_{n+1}) M⁻¹ G(q_n)ᵀ,
+m × m; no evaluation of V inside the iteration), and the velocity step is linear in M:
+(G₁M⁻¹G₁ᵀ) M = G₁M⁻¹(p_{n+½} − h/2 ∇V(q_{n+1})), G₁ = G(q_{n+1}). One ∇V per step (a forward
+without a graph reuses ∇V(q_{n+1}) for the next step), no Jacobian of H. The same solution as the
+general form (to rounding, tested). Its adjoint is the implicit function theorem on the reduced
+system: with y_{n+1} = Y(Λ; y_n, θ) and R(Λ; y_n, θ) = g(q_{n+1}) = 0, a = (∂Y/∂(Λ, y_n, θ))ᵀ λ
+by one backward pass, w = −(∂R/∂Λ)⁻ᵀ a_Λ (m × m), and dL/d(y_n, θ) = a + (∂R/∂(y_n, θ))ᵀ w.
+G comes from H's ``position_constraints_jacobian(q)`` when it has one (closed form), else from
+autograd as above.
+
 Newton is simplified: the Jacobian of the first iterate is reused while each update shrinks by
 at least a factor 100 (``REFRESH``), and taken afresh otherwise. It stops when the estimated
 distance to the solution, min(|Δ|, θ/(1−θ)|Δ|) with θ the ratio of successive max-norm updates
-(Hairer & Wanner IV.8), is ≤ ``tol`` (None: 1e-12 in float64, 1e-6 in float32). A step that has not converged after ``max_iter`` iterations raises
-``ConvergenceError`` (``on_fail="warn"|"ignore"`` to relax, as for the stage solver).
+(Hairer & Wanner IV.8), is ≤ ``tol`` (None: 1e-12 in float64, 1e-6 in float32). A step that has
+not converged after ``max_iter`` iterations raises ``ConvergenceError`` (``on_fail="warn"|"ignore"`` to relax, as for the stage solver).
 
 Gradients (``implicit_gradient=True``, the default): each step is a ``torch.autograd.Function``
 whose backward solves the transposed linearised step equations at the converged solution,
@@ -33,8 +51,8 @@ Jᵀ w = −∂L/∂X with J = ∂F/∂X of all five blocks F(X; y_n, θ) = 0, X
 dL/dy_n = (∂F/∂y_n)ᵀ w and dL/dθ = (∂F/∂θ)ᵀ w (implicit function theorem): exact to the solver
 tolerance, and each step keeps only y_n and X (no Newton iterations). ``gradient=backprop`` and
 ``checkpoint`` differentiate through it; ``symplectic_adjoint`` runs the forward without a graph,
-keeps the states, and in backward re-solves step n from y_n (seeded by y_{n+1}) and applies the
-same transposed solve (``step_vjp``). With ``implicit_gradient=False`` autograd records the
+keeps the states, and in backward re-solves step n from y_n (seeded by y_{n+1}; the multiplier
+form by the forward's own iteration) and applies the same transposed solve (``step_vjp``). With ``implicit_gradient=False`` autograd records the
 Newton iterations themselves (memory ∝ steps × iterations; a reference for tests).
 """
 
@@ -55,6 +73,7 @@ from hnnsym.ode.problem import Problem, SolverStats
 REFRESH = 0.01  # a fresh Newton Jacobian unless the last update shrank by this factor
 # default |g(q)| and |G ∇_p H| above which ``check`` refuses an initial state
 MANIFOLD_TOL = {torch.float64: 1e-7, torch.float32: 1e-3}
+FORMULATIONS = ("auto", "multipliers", "general")
 
 Tile = Callable[[Tensor], Tensor]
 
@@ -86,6 +105,16 @@ def _jacobian(
 def constraint_jacobian(g: Callable[[Tensor], Tensor], q: Tensor, m: int, create_graph: bool):
     """G(q) = ∂g/∂q, q (B, n) -> (B, m, n), for the m constraints g (.., n) -> (.., m)."""
     return _jacobian(lambda rows, tile: g(rows), q, m, create_graph)[1]
+
+
+def _G(H, q: Tensor, m: int, graph: bool) -> Tensor:
+    """G(q) (B, m, n) of H's constraints: H's closed form ``position_constraints_jacobian(q)``
+    when it has one (differentiable by ordinary backward), else autograd."""
+    own = getattr(H, "position_constraints_jacobian", None)
+    if callable(own):
+        with torch.set_grad_enabled(graph):
+            return own(q)
+    return constraint_jacobian(H.position_constraints, q, m, graph)
 
 
 def _grad_H(H, q: Tensor, p: Tensor, create_graph: bool) -> tuple[Tensor, Tensor]:
@@ -129,12 +158,73 @@ def step_residual(H, y: Tensor, X: Tensor, h: float) -> Tensor:
     m = (X.shape[-1] - 3 * n) // 2
     q0, p0 = y[:, :n], y[:, n:]
     ph, q1, v = X[:, :n], X[:, n : 2 * n], X[:, 2 * n + m :]
-    G0 = constraint_jacobian(g, q0, m, True)
-    G1 = constraint_jacobian(g, q1, m, True)
+    G0 = _G(H, q0, m, True)
+    G1 = _G(H, q1, m, True)
     Hq1, _ = _grad_H(H, q1, ph, True)
     return torch.cat(
         [_first(H, g, q0, p0, G0, X[:, : 2 * n + m], h), _second(H, q1, ph, Hq1, G1, v, h)], -1
     )
+
+
+# ---- the multiplier form: H = ½pᵀM⁻¹p + V(q) with a constant M ----------------------------------
+def _inverse_mass(H, like: Tensor) -> Tensor:
+    """M⁻¹ (n, n) of H's constant ``mass_matrix()``, in ``like``'s dtype (differentiable in H's
+    parameters when grad mode is on)."""
+    return torch.linalg.inv(H.mass_matrix().to(like))
+
+
+def _force(H, q: Tensor, graph: bool) -> Tensor:
+    """∇V(q) = ∇_q H(q, p) (B, n) of a separable H (taken at p = 0)."""
+    return _grad_H(H, q, torch.zeros_like(q), graph)[0]
+
+
+def _along(lam: Tensor, rows: Tensor) -> Tensor:
+    """Σ_k λ_k rows_k: λ (B, m), rows (B, m, n) -> (B, n) (e.g. Gᵀλ)."""
+    return torch.einsum("bm,bmn->bn", lam, rows)
+
+
+def _kick(
+    H, y: Tensor, f0: Tensor, Minv: Tensor, h: float, m: int, graph: bool
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """What step n knows before its multipliers: the unconstrained half kick and drift
+    pt = p_n − h/2 ∇V(q_n), qt = q_n + h M⁻¹pt, G0 = G(q_n) and D0 = h G0 M⁻¹ (B, m, n), so that
+    p½ = pt − G0ᵀΛ and q_{n+1} = qt − D0ᵀΛ for the impulse Λ = h/2 λ."""
+    d = y.shape[-1] // 2
+    q0, p0 = y[:, :d], y[:, d:]
+    G0 = _G(H, q0, m, graph)
+    pt = p0 - 0.5 * h * f0
+    qt = q0 + h * pt @ Minv.T
+    return pt, qt, G0, h * G0 @ Minv.T
+
+
+def _finish(
+    H, kick: tuple[Tensor, Tensor, Tensor, Tensor], lam: Tensor, Minv: Tensor, h: float,
+    graph: bool,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """X = (p½, q1, Λ, p1, M) (B, 3n+2m) and ∇V(q1) from the impulse Λ (``_position``, then
+    ``_velocity``)."""
+    ph, q1 = _position(kick, lam)
+    p1, mu, f1 = _velocity(H, q1, ph, Minv, h, lam.shape[-1], graph)
+    return torch.cat([ph, q1, lam, p1, mu], -1), f1
+
+
+def _position(kick: tuple[Tensor, Tensor, Tensor, Tensor], lam: Tensor) -> tuple[Tensor, Tensor]:
+    """(p½, q1) = (pt − G0ᵀΛ, qt − D0ᵀΛ) (``_kick``)."""
+    pt, qt, G0, D0 = kick
+    return pt - _along(lam, G0), qt - _along(lam, D0)
+
+
+def _velocity(
+    H, q1: Tensor, ph: Tensor, Minv: Tensor, h: float, m: int, graph: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The velocity step (p1, M, ∇V(q1)): p1 = p½ − h/2 ∇V(q1) − G1ᵀM with G1 M⁻¹ p1 = 0, linear
+    in M: (G1 M⁻¹ G1ᵀ) M = G1 M⁻¹ (p½ − h/2 ∇V(q1)), G1 = G(q1)."""
+    f1 = _force(H, q1, graph)
+    G1 = _G(H, q1, m, graph)
+    r = ph - 0.5 * h * f1
+    GM = G1 @ Minv  # (B, m, n)
+    mu = torch.linalg.solve(GM @ G1.transpose(-1, -2), (GM @ r.unsqueeze(-1))).squeeze(-1)
+    return r - _along(mu, G1), mu, f1
 
 
 @dataclass
@@ -149,6 +239,7 @@ class Rattle:
     on_fail: str = "raise"
     manifold_tol: float | None = None
     implicit_gradient: bool = True
+    formulation: str = "auto"
 
     name = "rattle"
     order = 2
@@ -164,6 +255,15 @@ class Rattle:
             raise ValueError(
                 f"implicit_gradient must be true or false, got {self.implicit_gradient!r}"
             )
+        if self.formulation not in FORMULATIONS:
+            raise ValueError(f"formulation must be one of {FORMULATIONS}, got {self.formulation!r}")
+
+    def multipliers(self, H) -> bool:
+        """Whether steps solve for the multipliers alone (H = ½pᵀM⁻¹p + V(q), constant M, which
+        an H with ``mass_matrix()`` declares), or for all unknowns (``formulation``)."""
+        if self.formulation == "auto":
+            return callable(getattr(H, "mass_matrix", None))
+        return self.formulation == "multipliers"
 
     def strict(self) -> Rattle:
         """The same integrator, raising ConvergenceError whatever its ``on_fail``."""
@@ -194,8 +294,8 @@ class Rattle:
                 f"integrator=rattle: position_constraints(q) of q {tuple(q.shape)} must return "
                 f"(B, m) with 0 < m < {n}, got {tuple(gq.shape)}"
             )
-        _, Hp = _grad_H(H, q, y0[:, n:].detach(), False)
-        G = constraint_jacobian(H.position_constraints, q, gq.shape[1], False)
+        Hq, Hp = _grad_H(H, q, y0[:, n:].detach(), False)
+        G = _G(H, q, gq.shape[1], False)
         velocity = torch.einsum("bmn,bn->bm", G, Hp)
         tol = self.manifold_tol or MANIFOLD_TOL.get(y0.dtype, 1e-2)
         worst = max(float(gq.abs().max()), float(velocity.abs().max()))
@@ -206,12 +306,41 @@ class Rattle:
                 f"> manifold_tol {tol:.3g}); project them onto g = 0 and G ∇_p H = 0 first, or "
                 f"raise integrator.manifold_tol"
             )
+        if self.multipliers(H):
+            self._check_separable(H, q, y0[:, n:].detach(), Hq, Hp, who)
+
+    def _check_separable(self, H, q: Tensor, p: Tensor, Hq: Tensor, Hp: Tensor, who: str) -> None:
+        """The multiplier form needs ∇_p H = M⁻¹p and ∇_q H independent of p: checked at the
+        initial states (q, p), where ∇H = (Hq, Hp)."""
+        if not callable(getattr(H, "mass_matrix", None)):
+            raise IncompatibleError(
+                f"integrator.formulation=multipliers needs an H with a constant mass_matrix() "
+                f"(H = ½pᵀM⁻¹p + V(q)), but {who} has none; use formulation=general or auto"
+            )
+        with torch.no_grad():
+            off = max(
+                float((Hp - p @ _inverse_mass(H, p).T).abs().max()),
+                float((Hq - _force(H, q, False)).abs().max()),
+            )
+            scale = float(torch.cat([Hq, Hp], -1).abs().max())
+        if not off <= 1e3 * torch.finfo(q.dtype).eps * (1 + scale):
+            raise IncompatibleError(
+                f"integrator=rattle: {who} has a mass_matrix() but is not H = ½pᵀM⁻¹p + V(q) with "
+                f"that M (|∇H − [∇V, M⁻¹p]| = {off:.3g} at the initial states); set "
+                f"integrator.formulation=general"
+            )
 
     def trajectory(self, problem: Problem, y0: Tensor) -> Tensor:
         """All states (steps+1, B, 2n), with a graph if grad mode is on."""
         ys = [y0]
+        if torch.is_grad_enabled() or not self.multipliers(problem.H):
+            for n in range(problem.steps):
+                ys.append(self.step_of(problem, ys[-1], n))
+            return torch.stack(ys)
+        force = None  # without a graph: ∇V(q_{n+1}) of step n is ∇V(q_n) of step n+1
         for n in range(problem.steps):
-            ys.append(self.step_of(problem, ys[-1], n))
+            X, force = self.solve_multipliers(problem, ys[-1], n, force=force)
+            ys.append(_output(X, y0.shape[-1] // 2))
         return torch.stack(ys)
 
     def step_of(self, problem: Problem, y: Tensor, n: int) -> Tensor:
@@ -228,13 +357,15 @@ class Rattle:
         """X = (p½, q1, Λ, p1, M) (B, 3n+2m) of step n from y (B, 2n). ``guess``: y_{n+1}, to
         seed Newton (the backward re-solve); else an explicit predictor. ``graph``: keep
         autograd's record of the iterations (``implicit_gradient=False``)."""
+        if self.multipliers(problem.H):  # from its own predictor: see _adjoint_multipliers
+            return self.solve_multipliers(problem, y, n, graph)[0]
         H, h, d = problem.H, problem.h, y.shape[-1] // 2
         g = H.position_constraints
         if not graph:
             y = y.detach()
         q0, p0 = y[:, :d], y[:, d:]
         m = g(q0).shape[-1]
-        G0 = constraint_jacobian(g, q0, m, graph)
+        G0 = _G(H, q0, m, graph)
         zeros = torch.zeros_like(q0[:, :m])
         # predictor: an explicit half kick and drift with Λ = 0, or (p_n + p_{n+1})/2 and
         # q_{n+1} when re-solving a known step
@@ -253,7 +384,7 @@ class Rattle:
             u, problem.stats, f"at step {n}",
         )  # fmt: skip
         ph, q1 = u[:, :d], u[:, d : 2 * d]
-        G1 = constraint_jacobian(g, q1, m, graph)
+        G1 = _G(H, q1, m, graph)
         Hq1, _ = _grad_H(H, q1, ph, graph)
         v = torch.cat([ph if guess is None else guess[:, d:], zeros], -1)
 
@@ -267,6 +398,40 @@ class Rattle:
         )  # fmt: skip
         return torch.cat([u, v], -1)
 
+    def solve_multipliers(
+        self, problem: Problem, y: Tensor, n: int, graph: bool = False, force: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """The multiplier form of ``solve_step`` for H = ½pᵀM⁻¹p + V(q) (module doc): Newton on
+        g(qt − D0ᵀΛ) = 0 for the m impulses Λ alone (Jacobian −G(q1) D0ᵀ, m × m; no evaluation
+        of V), from the unconstrained kick and drift (Λ = 0), then the velocity step's linear
+        m × m solve. Returns X and ∇V(q_{n+1}). ``force``: ∇V(q_n) if known."""
+        H, h, d = problem.H, problem.h, y.shape[-1] // 2
+        with torch.set_grad_enabled(graph and torch.is_grad_enabled()):
+            if not graph:
+                y = y.detach()
+            g = H.position_constraints
+            m = g(y[:1, :d]).shape[-1]
+            Minv = _inverse_mass(H, y)
+            f0 = _force(H, y[:, :d], graph) if force is None else force
+            kick = _kick(H, y, f0, Minv, h, m, graph)
+            lam = self._impulse(H, kick, graph, problem.stats, f"at step {n}")
+            return _finish(H, kick, lam, Minv, h, graph)
+
+    def _impulse(
+        self, H, kick: tuple[Tensor, Tensor, Tensor, Tensor], graph: bool,
+        stats: SolverStats | None, where: str,
+    ) -> Tensor:  # fmt: skip
+        """Λ (B, m) with g(qt − D0ᵀΛ) = 0 by ``_newton`` from Λ = 0."""
+        g, (_, qt, G0, D0) = H.position_constraints, kick
+        m = G0.shape[-2]
+
+        def jacobian(x: Tensor) -> tuple[Tensor, Tensor]:
+            q1 = qt - _along(x, D0)
+            return g(q1), -_G(H, q1, m, graph) @ D0.transpose(-1, -2)
+
+        lam = torch.zeros_like(qt[:, :m])
+        return self._newton(jacobian, lambda x: g(qt - _along(x, D0)), lam, stats, where)
+
     def _newton(
         self,
         jacobian: Callable[[Tensor], tuple[Tensor, Tensor]],
@@ -276,8 +441,8 @@ class Rattle:
         where: str,
     ) -> Tensor:
         """Simplified Newton, batched: x ← x − J⁻¹ R(x) with J = ∂R/∂x taken at the first iterate
-        and again whenever an update shrinks by less than a factor 4 on the one before (``jacobian`` gives R and
-        J, ``residual`` R alone); stops when the estimated error is ≤ tol (see module doc)."""
+        and again whenever an update shrinks by less than a factor 1/``REFRESH`` on the one before
+        (``jacobian`` gives R and J, ``residual`` R alone); stops when the estimated error is ≤ tol (see module doc)."""
         tol = self.solver.tolerance(x.dtype)
         residual_norm, previous, it = float("inf"), None, 0
         R, J = jacobian(x)
@@ -310,6 +475,9 @@ class Rattle:
     ) -> tuple[Tensor, list[Tensor | None]]:
         """(dL/dy_n, dL/dθ of the step) from λ = dL/dy_{n+1} at the converged X of y_n -> y_{n+1}:
         Jᵀ w = −∂L/∂X, then (∂F/∂y_n)ᵀ w and (∂F/∂θ)ᵀ w (implicit function theorem)."""
+        if self.multipliers(problem.H):
+            return self._adjoint_multipliers(problem, y, X[:, 2 * (y.shape[-1] // 2) :], lam,
+                                             params)  # fmt: skip
         H, h, d = problem.H, problem.h, y.shape[-1] // 2
         K = X.shape[-1]
         m = (K - 3 * d) // 2
@@ -330,9 +498,62 @@ class Rattle:
     ) -> tuple[Tensor, list[Tensor | None]]:
         """The stepwise adjoint of step n from its states alone: re-solve X from y_n, seeded by
         y_{n+1}, then ``adjoint``."""
+        if self.multipliers(problem.H):
+            return self._adjoint_multipliers(problem, y, None, lam, params, n)
         with torch.no_grad():
             X = self.solve_step(problem, y, n, guess=y_next)
         return self.adjoint(problem, y, X, lam, params)
+
+    def _adjoint_multipliers(
+        self, problem: Problem, y: Tensor, lam_X: Tensor | None, lam: Tensor,
+        params: list[Tensor], n: int = 0,
+    ) -> tuple[Tensor, list[Tensor | None]]:  # fmt: skip
+        """``adjoint`` of the multiplier form. The step is explicit given the impulse Λ,
+        y_{n+1} = Y(Λ; y_n, θ), and Λ is implicit in R(Λ; y_n, θ) = g(qt − D0ᵀΛ) = 0, so with
+        a = (∂Y/∂(Λ, y_n, θ))ᵀ λ and A = ∂R/∂Λ = −G(q1) D0ᵀ (m × m):
+        w = −A⁻ᵀ a_Λ, dL/dy_n = a_y + (∂R/∂y_n)ᵀ w, dL/dθ = a_θ + (∂R/∂θ)ᵀ w.
+        ``lam_X``: X[:, 2n:] of the converged step (its first m entries are Λ); None: re-solve
+        Λ from y_n (the stepwise adjoint) by the forward's own iteration, from Λ = 0, so that it
+        ends where the forward did (seeded by y_{n+1} instead, Newton can start at a distance
+        below float32 rounding of g and never see the contraction it stops on). The m × m
+        Newton costs no evaluation of V, so the seed would save little."""
+        H, h, d = problem.H, problem.h, y.shape[-1] // 2
+        g = H.position_constraints
+        with torch.enable_grad():
+            y_ = y.detach().requires_grad_(True)
+            m = g(y_[:1, :d]).shape[-1]
+            Minv = _inverse_mass(H, y_)
+            kick = _kick(H, y_, _force(H, y_[:, :d], True), Minv, h, m, True)
+            if lam_X is None:
+                with torch.no_grad():
+                    impulse = self._impulse(
+                        H, tuple(k.detach() for k in kick), False, problem.stats,
+                        f"at step {n} (recomputed in backward)",
+                    )  # fmt: skip
+            else:
+                impulse = lam_X[:, :m]
+            impulse = impulse.detach().requires_grad_(True)
+            # two graphs: (y_n, θ, Λ) -> (p½, q1) through ∇V(q_n), and (p½, q1, θ) -> y_{n+1}
+            # through ∇V(q1), so that each is traversed backwards once
+            ph, q1 = _position(kick, impulse)
+            ph_, q1_ = ph.detach().requires_grad_(True), q1.detach().requires_grad_(True)
+            p1, _, _ = _velocity(H, q1_, ph_, Minv, h, m, True)
+            late = torch.autograd.grad(  # retained: M⁻¹'s graph serves both
+                torch.cat([q1_, p1], -1), [ph_, q1_, *params], lam, retain_graph=True,
+                allow_unused=True,
+            )  # fmt: skip
+            a_ph, a_q1 = late[0], late[1]
+            (a_lam,) = torch.autograd.grad([ph, q1], impulse, [a_ph, a_q1], retain_graph=True)
+            with torch.no_grad():
+                A = -_G(H, q1_.detach(), m, False) @ kick[3].detach().transpose(-1, -2)
+                w = -torch.linalg.solve(A.transpose(-1, -2), a_lam.unsqueeze(-1)).squeeze(-1)
+            early = torch.autograd.grad(
+                [ph, q1, g(q1)], [y_, *params], [a_ph, a_q1, w], allow_unused=True
+            )
+        grads = [early[0]]
+        for x, z in zip(early[1:], late[2:]):
+            grads.append(x if z is None else z if x is None else x + z)
+        return grads[0], list(grads[1:])
 
 
 def _output(X: Tensor, d: int) -> Tensor:
