@@ -17,8 +17,10 @@ from torch import Tensor
 
 from hnnsym import RunningLoss, StepLoss, integrate, solve_loss
 from hnnsym.ode.gradients import get_gradient
+from hnnsym.ode.integrators import get_integrator
 from hnnsym.physics.models import HNN
 from hnnsym.profiling.meter import SavedTensorMeter
+from hnnsym.training.losses import WindowLoss
 
 F64 = torch.float64
 D, B = 2, 4
@@ -177,3 +179,22 @@ def test_bad_step_losses_are_refused():
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="every"):
             StepLoss(_draw(3, B, 2 * D, seed=0), every=bad)
+
+
+@pytest.mark.parametrize("learned", [False, True])
+def test_window_loss_fused_equals_the_plain_window_loss(learned):
+    """WindowLoss(fused=True) (training: +method.loss.fused=true) with substeps and segments: the
+    same value and gradients (θ, and the learned starts, whose loss counts t = 0) as the plain
+    WindowLoss, through the symplectic adjoint with keep_every=sqrt."""
+    H = make_model(HNN, D, seed=3, gain=5.0)
+    windows = _draw(9, B, 2 * D, seed=7)  # τ = 8: two segments of 4 observations, 2 substeps
+    gradient = get_gradient("symplectic_adjoint", keep_every="sqrt")
+    integ = get_integrator("gauss_legendre4")
+    results = []
+    for fused in (False, True):
+        loss = WindowLoss(integ, gradient, 0.1, substeps=2, segments=2, fused=fused)
+        y0 = _draw(2 * B, 2 * D, seed=8).requires_grad_(True) if learned else None
+        value = loss.evaluate(H, windows, y0).value
+        wrt = [*([y0] if learned else []), *H.parameters()]
+        results.append((value.detach(), torch.autograd.grad(value, wrt, allow_unused=True)))
+    _assert_same(results[1], results[0])
