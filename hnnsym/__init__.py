@@ -2,6 +2,16 @@
 
 __version__ = "0.1.0"
 
-from hnnsym.ode.solve import Solution, integrate, solve  # noqa: E402
+from hnnsym.ode.running import RunningLoss, StepLoss  # noqa: E402
+from hnnsym.ode.solve import LossSolution, Solution, integrate, solve, solve_loss  # noqa: E402
 
-__all__ = ["Solution", "__version__", "integrate", "solve"]
+__all__ = [
+    "LossSolution",
+    "RunningLoss",
+    "Solution",
+    "StepLoss",
+    "__version__",
+    "integrate",
+    "solve",
+    "solve_loss",
+]

@@ -20,6 +20,7 @@ from hnnsym.profiling.meter import SavedTensorMeter
 from hnnsym.profiling.outputs import summary_tables
 from hnnsym.profiling.plan import Method, Setting, methods_from_config
 from hnnsym.profiling.run import COLUMNS
+from hnnsym.profiling.stage import profile
 
 REPO = Path(__file__).resolve().parent.parent
 F32 = 4  # bytes
@@ -236,3 +237,35 @@ def test_subprocess_rss_sees_backprops_graph():
     rss_sa = rss_subprocess(sa, steps, setting)["rss_mb"]
     assert rss_bp >= 0.9 * meter.peak / 2**20
     assert rss_sa < 0.3 * rss_bp
+
+
+@pytest.mark.slow
+def test_fused_loss_option_keeps_the_gradient_and_drops_the_trajectory(compose_config, tmp_path):
+    """profile.fused_loss=true: the loss through solve_loss. The fused symplectic adjoint (k=sqrt)
+    stays exact and what it holds for backward when the loss is ready drops below the plain run's
+    by more than the trajectory-sized ŷ − y; backprop (plain path either way) keeps its memory;
+    profile.md says which loss was measured."""
+    steps, batch = 16, 8
+    methods = (
+        "profile.methods=[{gradient: backprop},{gradient: symplectic_adjoint, options: "
+        "{keep_every: sqrt}, label: sa}]"
+    )
+    frames = {}
+    for fused in (False, True):
+        cfg = compose_config("profile", [
+            f"profile.steps=[{steps}]", f"profile.batch={batch}", "profile.repeats=1",
+            "profile.warmup=0", "profile.subprocess=false", "profile.reference.refine=1",
+            "profile.torchdiffeq=false", methods, f"profile.fused_loss={str(fused).lower()}",
+            f"profile.gradient_errors={str(fused).lower()}",
+        ])  # fmt: skip
+        paths = profile(cfg, tmp_path / str(fused))
+        frames[fused] = pd.read_csv(paths["csv"]).set_index("method")
+    md = (tmp_path / "True" / "profile.md").read_text()
+    assert "loss fused (solve_loss)" in md and "profile.fused_loss=true" in md
+    assert "loss on the trajectory" in (tmp_path / "False" / "profile.md").read_text()
+    plain, fused = frames[False], frames[True]
+    traj_mb = (steps + 1) * batch * 2 * F32 / 2**20  # float32 (steps+1, B, 2d), 2d = 2 here
+    assert fused.loc["sa", "grad_err_exact"] < 1e-10
+    assert fused.loc["sa", "saved_mb_forward"] < plain.loc["sa", "saved_mb_forward"] - 0.9 * traj_mb
+    for col in ("saved_mb_forward", "saved_mb_peak"):
+        assert fused.loc["backprop", col] == plain.loc["backprop", col]

@@ -209,6 +209,7 @@ class ProfileSchema:
     torchdiffeq: bool = MISSING
     gradient_errors: bool = MISSING
     grad_tol: float | None = MISSING
+    fused_loss: bool = MISSING
     exact: ExactGradientSchema = field(default_factory=ExactGradientSchema)
     reference: ReferenceGradientSchema = field(default_factory=ReferenceGradientSchema)
     methods: list[dict[str, Any]] = MISSING  # each entry is checked by hnnsym.profiling

@@ -1,5 +1,7 @@
-"""The kernel: ``solve(H, y0, h, steps, integrator, gradient)`` -> Solution (ys, stats), and
-``integrate(...)`` -> ys alone, the trajectory (steps+1, B, 2d).
+"""The kernel: ``solve(H, y0, h, steps, integrator, gradient)`` -> Solution (ys, stats),
+``integrate(...)`` -> ys alone, the trajectory (steps+1, B, 2d), and ``solve_loss(H, y0, h, steps,
+loss, ...)`` -> LossSolution (value, last, stats): a running loss Σ_n ℓ_n(y_n) without the
+trajectory.
 
 One direction of dispatch: solve builds the Problem, asks the gradient method to ``check`` it (the
 method checks the integrator capabilities it needs, and the integrator checks H), then calls
@@ -18,6 +20,7 @@ from torch import Tensor
 from hnnsym.ode.gradients import GradientMethod, get_gradient
 from hnnsym.ode.integrators import Integrator, Tableau, get_integrator
 from hnnsym.ode.problem import Problem, SolverStats
+from hnnsym.ode.running import RunningLoss
 
 
 @dataclass
@@ -48,6 +51,20 @@ def solve(
     step whose iteration does not converge raises ``ConvergenceError`` (or warns, with
     ``on_fail="warn"``).
     """
+    problem, method = _setup(H, y0, h, steps, integrator, gradient, guess)
+    return Solution(method.integrate(problem, y0), problem.stats)
+
+
+def _setup(
+    H: Callable[[Tensor], Tensor],
+    y0: Tensor,
+    h: float,
+    steps: int,
+    integrator: str | Integrator | Tableau,
+    gradient: str | GradientMethod,
+    guess: Tensor | None,
+) -> tuple[Problem, GradientMethod]:
+    """Check the arguments of ``solve``/``solve_loss``; the Problem and the gradient method."""
     if y0.dim() != 2 or y0.shape[-1] % 2:
         raise ValueError(f"y0 must have shape (B, 2d), got {tuple(y0.shape)}")
     if not (isinstance(h, (int, float)) and math.isfinite(h) and h > 0):
@@ -66,7 +83,7 @@ def solve(
     method = get_gradient(gradient)
     problem.integrator.check(problem, y0)
     method.check(problem)
-    return Solution(method.integrate(problem, y0), problem.stats)
+    return problem, method
 
 
 def integrate(
@@ -82,3 +99,38 @@ def integrate(
     """``solve(...).ys``: every state (steps+1, B, 2d), differentiable with respect to y0 and H's
     parameters by ``gradient``; a loss may use any time point."""
     return solve(H, y0, h, steps, integrator, gradient, guess=guess).ys
+
+
+@dataclass
+class LossSolution:
+    """What ``solve_loss`` returns: the loss L (a scalar) and the final state y_N (B, 2d), both
+    differentiable by the gradient method, and the solver statistics (as ``Solution.stats``)."""
+
+    value: Tensor
+    last: Tensor
+    stats: SolverStats
+
+
+def solve_loss(
+    H: Callable[[Tensor], Tensor],
+    y0: Tensor,
+    h: float,
+    steps: int,
+    loss: RunningLoss,
+    integrator: str | Integrator | Tableau = "implicit_midpoint",
+    gradient: str | GradientMethod = "symplectic_adjoint",
+    *,
+    guess: Tensor | None = None,
+) -> LossSolution:
+    """``solve`` with a running loss L = Σ_n ℓ_n(y_n) (``hnnsym.ode.running``, e.g. ``StepLoss``)
+    instead of the trajectory: the same L and gradient as ``loss.value(solve(...).ys)``.
+
+    checkpoint and symplectic_adjoint fold the loss into their sweeps (forward: ℓ_n added as the
+    steps go; backward: ∂ℓ_n/∂y_n added to the adjoint at step n, y_n recomputed from the
+    ``keep_every`` checkpoints), so memory is that of the checkpoints alone, O(√N) states with
+    ``keep_every="sqrt"``; the other methods build the trajectory and evaluate the loss on it.
+    """
+    problem, method = _setup(H, y0, h, steps, integrator, gradient, guess)
+    loss.check(problem.steps, y0)
+    value, last = method.integrate_loss(problem, y0, loss)
+    return LossSolution(value, last, problem.stats)

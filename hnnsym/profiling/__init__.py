@@ -1,7 +1,9 @@
 """Measuring one training iteration per gradient method: time, memory, gradient error (Fig. 5).
 
 One *iteration* is what a training step costs: ``traj = solve(y0)`` over ``steps`` steps, the loss
-``mean((traj - target)²)`` on every time point, and ``torch.autograd.grad(loss, params)``.
+``mean((traj - target)²)`` on every time point, and ``torch.autograd.grad(loss, params)``. With
+``profile.fused_loss=true`` the same loss goes through ``hnnsym.solve_loss`` (a ``StepLoss``):
+checkpoint and symplectic_adjoint fold it into their sweeps and never return the trajectory.
 
 Memory is measured three ways, each defined so that it can be checked:
 

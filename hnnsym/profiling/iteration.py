@@ -16,7 +16,8 @@ from hnnsym.ode.dynamics import vector_field
 from hnnsym.ode.gradients import get_gradient
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.problem import SolverStats
-from hnnsym.ode.solve import solve
+from hnnsym.ode.running import StepLoss
+from hnnsym.ode.solve import solve, solve_loss
 from hnnsym.profiling.plan import Method, Setting, solver_options
 
 
@@ -51,15 +52,20 @@ class _TorchdiffeqField(nn.Module):
 
 
 class Solver:
-    """y0 -> trajectory (steps+1, B, 2d), differentiable by the method (see ``make_solver``).
+    """y0 -> trajectory (steps+1, B, 2d), differentiable by the method (see ``make_solver``), and
+    ``loss``, the iteration's loss.
 
     ``stats`` are the fixed-point counts of the latest call: its forward pass, and once the
     gradient of that trajectory has been taken, its backward pass too (recomputation and adjoint
     solves). They stay empty for torchdiffeq, which has no stage solver.
     """
 
-    def __init__(self, run: Callable[[Tensor], Tensor | tuple[Tensor, SolverStats]]):
-        self._run = run
+    def __init__(
+        self,
+        run: Callable[[Tensor], Tensor | tuple[Tensor, SolverStats]],
+        run_loss: Callable[[Tensor, StepLoss], tuple[Tensor, SolverStats]] | None = None,
+    ):
+        self._run, self._run_loss = run, run_loss
         self.stats = SolverStats()
 
     def __call__(self, y0: Tensor) -> Tensor:
@@ -68,6 +74,24 @@ class Solver:
             out, self.stats = out
         return out
 
+    def loss(
+        self, y0: Tensor, target: Tensor, every: int = 1, on_solve: Callable[[], None] | None = None
+    ) -> Tensor:
+        """mean((ŷ − target)²) over the states ŷ = trajectory[::every] (target (T, B, 2d)).
+        Fused: ``solve_loss`` with the same loss as a ``StepLoss``, no trajectory; ``on_solve``
+        (the trajectory is ready) is then called when the loss is."""
+        if self._run_loss is None:
+            traj = self(y0)[::every]
+            if on_solve is not None:
+                on_solve()
+            return ((traj - target) ** 2).mean()
+        value, self.stats = self._run_loss(
+            y0, StepLoss(target, every=every, scale=1.0 / target.numel())
+        )
+        if on_solve is not None:
+            on_solve()
+        return value
+
 
 def make_solver(
     method: Method,
@@ -75,9 +99,12 @@ def make_solver(
     steps: int,
     dt: float,
     solver: dict,
+    fused_loss: bool = False,
 ) -> Solver:
     """y0 -> trajectory (steps+1, B, 2d), differentiable by ``method``; the integrator is built
-    with the stage-solver options ``solver`` overridden by ``method.solver`` (those it takes)."""
+    with the stage-solver options ``solver`` overridden by ``method.solver`` (those it takes).
+    ``fused_loss``: the Solver's loss goes through ``solve_loss`` (hnnsym methods; checkpoint and
+    symplectic_adjoint fold it into their sweeps, the others take the plain path)."""
     if method.backend == "torchdiffeq":
         import torchdiffeq  # optional dependency: only torchdiffeq methods need it
 
@@ -102,7 +129,11 @@ def make_solver(
         solution = solve(H, y0, dt, steps, integrator, gradient)
         return solution.ys, solution.stats
 
-    return Solver(run)
+    def run_loss(y0: Tensor, loss: StepLoss) -> tuple[Tensor, SolverStats]:
+        solution = solve_loss(H, y0, dt, steps, loss, integrator, gradient)
+        return solution.value, solution.stats
+
+    return Solver(run, run_loss if fused_loss else None)
 
 
 def params_of(H: nn.Module) -> list[Tensor]:
@@ -115,23 +146,22 @@ def _sync(device: torch.device) -> None:
 
 
 def iteration(
-    solve: Callable[[Tensor], Tensor],
+    solve: Solver,
     params: list[Tensor],
     y0: Tensor,
     target: Tensor,
     on_forward: Callable[[], None] | None = None,
     on_solve: Callable[[], None] | None = None,
+    every: int = 1,
 ) -> tuple[list[Tensor], float, float]:
-    """One training iteration: (parameter gradients, forward seconds, backward seconds).
+    """One training iteration: (parameter gradients, forward seconds, backward seconds), the loss
+    ``solve.loss``: mean((ŷ − target)²) over the trajectory's every ``every``-th state.
 
     Gradients of parameters the loss does not reach (H's output bias) are zeros. ``on_solve`` and
     ``on_forward`` are called when the trajectory and when the loss are ready (for measuring).
     """
     t0 = time.perf_counter()
-    traj = solve(y0)
-    if on_solve is not None:
-        on_solve()
-    loss = ((traj - target) ** 2).mean()
+    loss = solve.loss(y0, target, every, on_solve)
     _sync(y0.device)
     t1 = time.perf_counter()
     if on_forward is not None:

@@ -72,9 +72,9 @@ def measure_rss_here(spec: dict) -> dict:
     y0, target = (x.to(dtype) for x in make_inputs(setting, steps))
     H = make_model(method.model, system.dim, setting.seed).to(dtype)
     params = params_of(H)
-    solve = make_solver(method, H, steps, setting.dt, setting.solver)
+    solve = make_solver(method, H, steps, setting.dt, setting.solver, setting.fused_loss)
     # Warm-up on a tiny problem: lazy imports and initializations are not the iteration's memory.
-    tiny = make_solver(method, H, 1, setting.dt, setting.solver)
+    tiny = make_solver(method, H, 1, setting.dt, setting.solver, setting.fused_loss)
     iteration(tiny, params, y0[:2], target[:2, :2])
     gc.collect()
     malloc_trim()

@@ -88,6 +88,7 @@ class Setting:
     threads: int | None = 1
     solver: dict = field(default_factory=dict)  # tol, max_iter, predictor, on_fail (run dtype)
     grad_tol: float | None = None  # stage/adjoint tolerance of the float64 gradient runs
+    fused_loss: bool = False  # the loss through solve_loss (folded into stepwise sweeps)
 
     def build_system(self) -> System:
         return system_from_config(self.system)
@@ -271,7 +272,7 @@ def from_config(cfg: DictConfig) -> tuple[list[Method], Setting, ProfileOptions,
         system=system, batch=int(p["batch"]), dt=float(p["dt"]), seed=int(cfg.seed),
         dtype=p["dtype"], device=str(device), threads=p["threads"],
         solver={k: integ[k] for k in SOLVER_KEYS if k in integ},
-        grad_tol=p["grad_tol"],
+        grad_tol=p["grad_tol"], fused_loss=bool(p["fused_loss"]),
     )  # fmt: skip
     options = ProfileOptions(
         steps=[int(s) for s in steps], repeats=int(p["repeats"]), warmup=int(p["warmup"]),

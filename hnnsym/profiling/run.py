@@ -66,7 +66,9 @@ class _Runner:
         dtype = getattr(torch, setting.dtype)
         self.H = copy.deepcopy(model).to(device=device, dtype=dtype)
         self.params = params_of(self.H)
-        self.solve = make_solver(method, self.H, steps, setting.dt, setting.solver)
+        self.solve = make_solver(
+            method, self.H, steps, setting.dt, setting.solver, setting.fused_loss
+        )
         self.t_fwd: list[float] = []
         self.t_bwd: list[float] = []
         self.t_cpu: list[float] = []
@@ -94,8 +96,8 @@ def _gradient64(
     H = copy.deepcopy(model).to(device=y0.device, dtype=torch.float64)
     params = params_of(H)
     solver = {**setting.solver, "tol": setting.grad_tol, "on_fail": "ignore"}
-    solve = make_solver(method, H, steps * every, dt or setting.dt, solver)
-    grads, _, _ = iteration(lambda y: solve(y)[::every], params, y0, target)
+    solve = make_solver(method, H, steps * every, dt or setting.dt, solver, setting.fused_loss)
+    grads, _, _ = iteration(solve, params, y0, target, every=every)
     return [g.detach().cpu() for g in grads], solve.stats
 
 

@@ -14,11 +14,20 @@ from hnnsym.profiling.outputs import summary_tables, write_outputs
 from hnnsym.profiling.plan import from_config
 from hnnsym.profiling.run import run_profile
 
+FUSED_NOTE = (
+    "profile.fused_loss=true: the loss goes through hnnsym.solve_loss (a StepLoss); checkpoint and "
+    "symplectic_adjoint fold it into their sweeps and never hold the trajectory or ŷ − y "
+    "(saved_mb_solve = saved_mb_forward: the loss is ready with the solve); backprop, adjoint, "
+    "reversible and torchdiffeq build the trajectory and evaluate the loss on it"
+)
+
 
 def profile(cfg: DictConfig, run_dir: str | os.PathLike | None = None) -> dict[str, Path]:
     """Run the profile stage on ``cfg`` and write its outputs into ``run_dir`` (default:
     ``cfg.run_dir``); returns their paths. UserError when the config is bad."""
     methods, setting, options, notes = from_config(cfg)
+    if setting.fused_loss:
+        notes.append(FUSED_NOTE)
     for note in notes:
         print(f"note: {note}")
     df, run_notes = run_profile(
@@ -27,7 +36,8 @@ def profile(cfg: DictConfig, run_dir: str | os.PathLike | None = None) -> dict[s
     notes += run_notes
     title = (
         f"{setting.system['name']}, {cfg.integrator.name}, batch {setting.batch}, dt {setting.dt}, "
-        f"{setting.dtype}, {setting.device}, {df['threads'].iloc[0]} thread(s)"
+        f"{setting.dtype}, {setting.device}, {df['threads'].iloc[0]} thread(s), loss "
+        + ("fused (solve_loss)" if setting.fused_loss else "on the trajectory")
     )
     paths = write_outputs(df, notes, Path(cfg.run_dir if run_dir is None else run_dir), title)
     print(f"# profile: {title}\n\n{summary_tables(df)}\n")

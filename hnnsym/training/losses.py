@@ -65,7 +65,8 @@ from hnnsym.ode.gradients import GradientMethod
 from hnnsym.ode.integrators import Integrator
 from hnnsym.ode.lagrangian import EXPLICIT, explicit_step
 from hnnsym.ode.problem import SolverStats
-from hnnsym.ode.solve import solve
+from hnnsym.ode.running import StepLoss
+from hnnsym.ode.solve import solve, solve_loss
 from hnnsym.physics.constrained import onto_manifold
 
 INITS = ("observed", "smoothed", "learned")
@@ -124,7 +125,15 @@ class WindowLoss(Loss, LossContext):
 
     With ``segments`` = S > 1 the window is cut into S pieces of τ/S steps, each started from its
     own observed (or smoothed) state (multiple shooting). ``init``: see the module doc.
+
+    ``fused=True`` (``+method.loss.fused=true``): the loss goes through ``hnnsym.solve_loss`` as a
+    ``StepLoss`` (weights 0 at t = 0 unless it counts, ``every`` = substeps, scale 1/B), so
+    checkpoint and symplectic_adjoint fold it into their sweeps and hold only their
+    ``keep_every`` checkpoints instead of the window's predicted states: the same value and
+    gradient to rounding, less memory over long windows.
     """
+
+    fused: bool = False
 
     @property
     def h(self) -> float:
@@ -147,14 +156,19 @@ class WindowLoss(Loss, LossContext):
         solver statistics. A constrained model (``position_constraints``, ``mass_matrix``) starts
         from y0 projected onto its manifold (``hnnsym.physics.constrained.onto_manifold``)."""
         tau = windows.shape[0] - 1
-        y0 = onto_manifold(model, y0)
-        guess = None
-        if getattr(self.integrator, "predictor", None) == "observed" and self.substeps == 1:
-            guess = windows
+        y0, guess = self._start(model, y0, windows)
         solution = solve(
             model, y0, self.h, tau * self.substeps, self.integrator, gradient, guess=guess
         )
         return solution.ys[:: self.substeps], solution.stats
+
+    def _start(self, model: nn.Module, y0: Tensor, windows: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The rollout's start (on a constrained model's manifold) and stage-solver guess (the
+        observed states, for ``predictor="observed"`` without substeps)."""
+        guess = None
+        if getattr(self.integrator, "predictor", None) == "observed" and self.substeps == 1:
+            guess = windows
+        return onto_manifold(model, y0), guess
 
     def smoothed_start(self, model: nn.Module, windows: Tensor) -> Tensor:
         """z (B, 2d): Gauss–Newton steps (∂Φ_t/∂z ≈ I) fitting the start to the whole window."""
@@ -182,6 +196,8 @@ class WindowLoss(Loss, LossContext):
             y0 = self.smoothed_start(model, windows)
         else:
             y0 = windows[0]
+        if self.fused:
+            return self.fused_value(model, y0, windows, first)
         pred, stats = self.rollout(model, y0, windows, self.gradient)
         value = ((pred[first:] - windows[first:]) ** 2).sum(dim=(0, 2)).mean()
         if first or self.segments == 1:
@@ -192,6 +208,19 @@ class WindowLoss(Loss, LossContext):
         if self.continuity:
             value = value + self.continuity * defect.sum() / (self.segments * batch)
         return LossValue(value, stats, defect.detach().sqrt().mean())
+
+    def fused_value(self, model: nn.Module, y0: Tensor, windows: Tensor, first: int) -> LossValue:
+        """Σ_{t=first..τ} ||ŷ_t − y_t||² averaged over the batch, through ``solve_loss``."""
+        tau = windows.shape[0] - 1
+        y0, guess = self._start(model, y0, windows)
+        weights = torch.ones(tau + 1, dtype=windows.dtype, device=windows.device)
+        weights[:first] = 0
+        loss = StepLoss(windows.detach(), weights, self.substeps, 1.0 / windows.shape[1])
+        solution = solve_loss(
+            model, y0, self.h, tau * self.substeps, loss, self.integrator, self.gradient,
+            guess=guess,
+        )  # fmt: skip
+        return LossValue(solution.value, solution.stats)
 
 
 class LearnedStarts:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from hnnsym.errors import IncompatibleError
 from hnnsym.ode.problem import Problem
+from hnnsym.ode.running import RunningLoss
 
 # What an integrator capability means, for the message when a gradient method needs it.
 CAPABILITIES = {
@@ -39,6 +41,14 @@ class GradientMethod:
 
     def integrate(self, problem: Problem, y0: Tensor) -> Tensor:
         raise NotImplementedError
+
+    def integrate_loss(
+        self, problem: Problem, y0: Tensor, loss: RunningLoss
+    ) -> tuple[Tensor, Tensor]:
+        """(L, y_N) of a running loss, both differentiable. The plain path: the whole trajectory,
+        then ``loss.value``; the stepwise methods fold the loss into their sweeps instead."""
+        ys = self.integrate(problem, y0)
+        return loss.value(ys), ys[-1]
 
 
 class StepwiseAdjoint(GradientMethod):
@@ -71,6 +81,14 @@ class StepwiseAdjoint(GradientMethod):
 
     def integrate(self, problem: Problem, y0: Tensor) -> Tensor:
         return _StepwiseFunction.apply(self, problem, y0, *problem.params())
+
+    def integrate_loss(
+        self, problem: Problem, y0: Tensor, loss: RunningLoss
+    ) -> tuple[Tensor, Tensor]:
+        """(L, y_N) with the loss folded into the sweeps: the forward adds ℓ_n(y_n) as it steps
+        and keeps only every k-th state; the backward adds ∂ℓ_n/∂y_n to λ at step n, on states
+        recomputed block by block. Memory: N/k + k states, never the trajectory."""
+        return _StepwiseLossFunction.apply(self, problem, loss, y0, *problem.params())
 
     def step_vjp(
         self, problem: Problem, y: Tensor, y_next: Tensor, lam: Tensor, params: list[Tensor], n: int
@@ -109,6 +127,23 @@ def _recompute(problem: Problem, y: Tensor, start: int, end: int) -> Tensor:
     return torch.stack(ys)
 
 
+def _sweep(
+    method: StepwiseAdjoint, problem: Problem, kept: Tensor, stride: int, lam: Tensor,
+    jumps_of: Callable[[Tensor, int, int], Tensor], params: list[Tensor],
+) -> tuple[Tensor, list[Tensor | None]]:  # fmt: skip
+    """The backward sweep shared by both stepwise functions: λ = dL/dy_N back to dL/dy_0, block by
+    block (states recomputed from the kept ones when stride > 1), with ``jumps_of(states, start,
+    end)`` the loss's ∂L/∂y_n for n = start..end−1 of a block. Returns (dL/dy_0, dL/dθ)."""
+    N = problem.steps
+    grad_params: list[Tensor | None] = [None] * len(params)
+    blocks = [(0, N)] if stride == 1 else [(a, min(a + stride, N)) for a in range(0, N, stride)]
+    for start, end in reversed(blocks):
+        states = kept if stride == 1 else _recompute(problem, kept[start // stride], start, end)
+        jumps = jumps_of(states, start, end)
+        lam = method.block_vjp(problem, states, jumps, lam, params, start, grad_params)
+    return lam, grad_params
+
+
 class _StepwiseFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, method: StepwiseAdjoint, problem: Problem, y0: Tensor, *params: Tensor):
@@ -123,12 +158,54 @@ class _StepwiseFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_traj: Tensor):
         kept, *params = ctx.saved_tensors
-        method, problem, k, N = ctx.method, ctx.problem, ctx.stride, ctx.problem.steps
-        grad_params: list[Tensor | None] = [None] * len(params)
-        lam = grad_traj[-1]
-        blocks = [(0, N)] if k == 1 else [(a, min(a + k, N)) for a in range(0, N, k)]
-        for start, end in reversed(blocks):
-            states = kept if k == 1 else _recompute(problem, kept[start // k], start, end)
-            jumps = grad_traj[start:end]
-            lam = method.block_vjp(problem, states, jumps, lam, params, start, grad_params)
+        lam, grad_params = _sweep(
+            ctx.method, ctx.problem, kept, ctx.stride, grad_traj[-1],
+            lambda states, start, end: grad_traj[start:end], params,
+        )  # fmt: skip
         return (None, None, lam, *grad_params)
+
+
+class _StepwiseLossFunction(torch.autograd.Function):
+    """(L, y_N) of a running loss. Saves every k-th state (all N+1 with k = 1) and y_N; the
+    loss terms are summed block by block as the forward steps (k states at a time)."""
+
+    @staticmethod
+    def forward(ctx, method: StepwiseAdjoint, problem: Problem, loss: RunningLoss, y0: Tensor,
+                *params: Tensor):  # fmt: skip
+        N, k = problem.steps, method.stride(problem.steps)
+        kept: list[Tensor] = []
+        pending: list[Tensor] = []  # states y_first.. whose loss terms are not summed yet
+        first = 0
+        with torch.no_grad():
+            y = y0.detach()
+            value = torch.zeros((), dtype=y.dtype, device=y.device)
+            for n in range(N):
+                if n % k == 0:
+                    kept.append(y)
+                if k > 1:
+                    pending.append(y)
+                    if len(pending) == k:
+                        value = value + loss.terms(torch.stack(pending), first)
+                        first, pending = first + k, []
+                y = problem.integrator.step_of(problem, y, n)
+            if k == 1 or N == 0:  # all states are kept: sum their terms at once
+                kept = [torch.stack([*kept, y])]
+                value = value + loss.terms(kept[0], 0)
+            else:
+                value = value + loss.terms(torch.stack([*pending, y]), first)
+                kept = [torch.stack(kept)]
+        ctx.method, ctx.problem, ctx.loss, ctx.stride = method, problem, loss, k
+        ctx.save_for_backward(kept[0], y, *params)
+        return value, y
+
+    @staticmethod
+    def backward(ctx, grad_value: Tensor, grad_last: Tensor):
+        kept, last, *params = ctx.saved_tensors
+        loss, N = ctx.loss, ctx.problem.steps
+
+        def jumps_of(states: Tensor, start: int, end: int) -> Tensor:
+            return grad_value * loss.jumps(states[: end - start], start)
+
+        lam = grad_last + grad_value * loss.jumps(last.unsqueeze(0), N)[0]
+        lam, grad_params = _sweep(ctx.method, ctx.problem, kept, ctx.stride, lam, jumps_of, params)
+        return (None, None, None, lam, *grad_params)
