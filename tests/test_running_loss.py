@@ -181,20 +181,25 @@ def test_bad_step_losses_are_refused():
             StepLoss(_draw(3, B, 2 * D, seed=0), every=bad)
 
 
-@pytest.mark.parametrize("learned", [False, True])
-def test_window_loss_fused_equals_the_plain_window_loss(learned):
+@pytest.mark.parametrize("learned, continuity", [(False, 0.0), (True, 0.0), (True, 4.0)])
+def test_window_loss_fused_equals_the_plain_window_loss(learned, continuity):
     """WindowLoss(fused=True) (training: +method.loss.fused=true) with substeps and segments: the
-    same value and gradients (θ, and the learned starts, whose loss counts t = 0) as the plain
-    WindowLoss, through the symplectic adjoint with keep_every=sqrt."""
+    same value and gradients (θ, and the learned starts, whose loss counts t = 0, with the
+    continuity penalty on the segments' last states) as the plain WindowLoss, through the
+    symplectic adjoint with keep_every=sqrt."""
     H = make_model(HNN, D, seed=3, gain=5.0)
     windows = _draw(9, B, 2 * D, seed=7)  # τ = 8: two segments of 4 observations, 2 substeps
     gradient = get_gradient("symplectic_adjoint", keep_every="sqrt")
     integ = get_integrator("gauss_legendre4")
     results = []
     for fused in (False, True):
-        loss = WindowLoss(integ, gradient, 0.1, substeps=2, segments=2, fused=fused)
+        loss = WindowLoss(integ, gradient, 0.1, substeps=2, segments=2, fused=fused,
+                          init="learned" if learned else "observed", continuity=continuity)  # fmt: skip
         y0 = _draw(2 * B, 2 * D, seed=8).requires_grad_(True) if learned else None
-        value = loss.evaluate(H, windows, y0).value
+        result = loss.evaluate(H, windows, y0)
+        value = result.value
+        if learned:
+            assert result.defect is not None and result.defect > 0
         wrt = [*([y0] if learned else []), *H.parameters()]
         results.append((value.detach(), torch.autograd.grad(value, wrt, allow_unused=True)))
     _assert_same(results[1], results[0])

@@ -197,20 +197,25 @@ class WindowLoss(Loss, LossContext):
         else:
             y0 = windows[0]
         if self.fused:
-            return self.fused_value(model, y0, windows, first)
-        pred, stats = self.rollout(model, y0, windows, self.gradient)
-        value = ((pred[first:] - windows[first:]) ** 2).sum(dim=(0, 2)).mean()
+            value, last, stats = self.fused_value(model, y0, windows, first)
+        else:
+            pred, stats = self.rollout(model, y0, windows, self.gradient)
+            value = ((pred[first:] - windows[first:]) ** 2).sum(dim=(0, 2)).mean()
+            last = pred[-1]
         if first or self.segments == 1:
             return LossValue(value, stats)
         width = y0.shape[-1]
-        ends, starts = pred[-1].reshape(self.segments, batch, width), y0.reshape(-1, batch, width)
+        ends, starts = last.reshape(self.segments, batch, width), y0.reshape(-1, batch, width)
         defect = ((ends[:-1] - starts[1:]) ** 2).sum(-1)  # (S−1, B): ||d_k||² per junction
         if self.continuity:
             value = value + self.continuity * defect.sum() / (self.segments * batch)
         return LossValue(value, stats, defect.detach().sqrt().mean())
 
-    def fused_value(self, model: nn.Module, y0: Tensor, windows: Tensor, first: int) -> LossValue:
-        """Σ_{t=first..τ} ||ŷ_t − y_t||² averaged over the batch, through ``solve_loss``."""
+    def fused_value(
+        self, model: nn.Module, y0: Tensor, windows: Tensor, first: int
+    ) -> tuple[Tensor, Tensor, SolverStats]:
+        """(Σ_{t=first..τ} ||ŷ_t − y_t||² averaged over the batch, the last states ŷ_τ, the
+        solver statistics), through ``solve_loss``: no trajectory is held."""
         tau = windows.shape[0] - 1
         y0, guess = self._start(model, y0, windows)
         weights = torch.ones(tau + 1, dtype=windows.dtype, device=windows.device)
@@ -220,7 +225,7 @@ class WindowLoss(Loss, LossContext):
             model, y0, self.h, tau * self.substeps, loss, self.integrator, self.gradient,
             guess=guess,
         )  # fmt: skip
-        return LossValue(solution.value, solution.stats)
+        return solution.value, solution.last, solution.stats
 
 
 class LearnedStarts:
