@@ -122,10 +122,11 @@ table-ddlm: install
 CHAIN_LINKS ?= 3
 CHAIN_SEEDS ?= 0
 CHAIN_EPOCHS ?= 300
-# the reference's optimizer and windows (method=chnn / clnn set them; the baselines take them here)
+# the reference's optimizer and windows, no weight average (method=chnn / clnn set them; the
+# baselines take them here)
 CHAIN_TRAIN = train.epochs=$(CHAIN_EPOCHS) train.window=4 train.batch_size=200 train.lr=3e-3 \
   train.weight_decay=1e-4 train.optimizer._target_=torch.optim.AdamW train.schedule=cosine \
-  train.early_stop.patience=1000000 train.resume=auto
+  train.early_stop.patience=1000000 train.resume=auto train.ema=null
 
 chain-pendulum: install
 	@echo "chain-pendulum: CHNN / CLNN / HNN (angles) / NODE for N in $(CHAIN_LINKS), seeds $(CHAIN_SEEDS),"
