@@ -119,8 +119,8 @@ table-ddlm: install
 	$(PY) -m hnnsym.table_ddlm report.runs=outputs/ddlm
 
 # The 2-body column (clean only: at Δt = 0.05 noise 0.01 swamps Eq. 12's second differences) at the
-# experiment's budget, 10,000 Adam steps per run (a tenth of the paper's). Measured per run: 55 s
-# CPU (leapfrog-type) and 84 s CPU (ddlm) of training, data 35 s CPU per seed: about 20 min of CPU
+# experiment's budget, 10,000 Adam steps per run (a tenth of the paper's). Measured per run: 60 s
+# CPU (leapfrog-type) and 100 s CPU (ddlm) of training, data 35 s CPU per seed: about 20 min of CPU
 # for the 15 runs; wall time several times that on a loaded machine. Joins results/table_ddlm.
 DDLM_TB_SEEDS := 0 1 2
 table-ddlm-two-body: install
