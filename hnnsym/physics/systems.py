@@ -256,18 +256,25 @@ def mass_spring(
 def two_body(
     gravity: float = 1.0,
     mass: float = 1.0,
-    r_min: float = 0.5,
-    r_max: float = 1.5,
-    eccentricity: float = 0.2,
+    coord_min: float = 0.5,
+    coord_max: float = 1.5,
+    orbit_noise: float = 0.05,
 ) -> System:
     """Two bodies of equal ``mass`` in a plane under gravity (DGNet's / HNN's 2-body task), d = 4:
-    q = (x₁, y₁, x₂, y₂), H = (|p₁|² + |p₂|²)/(2m) − G m²/|q₁ − q₂|. Initial conditions as HNN's
-    sampler: body 1 at radius r ~ U[r_min, r_max] (uniform angle) from the centre of mass, body 2
-    opposite, velocities of the circular orbit (speed √(G m/(4r)), perpendicular) scaled by
-    1 + ``eccentricity``·N(0, 1): slightly elliptic, bound orbits. The box (for grids) is
-    [−2 r_max, 2 r_max]^8; H is singular where the bodies meet."""
-    if not 0 < r_min < r_max:
-        raise ValueError(f"need 0 < r_min < r_max, got {r_min}, {r_max}")
+    q = (x₁, y₁, x₂, y₂), H = (|p₁|² + |p₂|²)/(2m) − G m²/|q₁ − q₂|.
+
+    Initial conditions are HNN's ``random_config`` (greydanus/hamiltonian-nn,
+    experiment-2body/data.py, which DGNet and seed 002 use): body 1 at (x, y) with x and y each
+    uniform in [``coord_min``, ``coord_max``] (HNN's ``min_radius``/``max_radius``; so the distance
+    r from the centre of mass lies in [√2·coord_min, √2·coord_max]), body 2 at −(x, y); each body
+    gets the circular-orbit velocity (speed √(G m/(4r)), perpendicular, counter-clockwise), then
+    both velocities are multiplied by one scalar 1 + ``orbit_noise``·N(0, 1) (HNN: 0.05): the
+    eccentricity is |s² − 1| for a speed factor s, unbound for s ≥ √2. Total momentum zero. The
+    box (for grids) is [−2 coord_max, 2 coord_max]^8; H is singular where the bodies meet."""
+    if not 0 < coord_min < coord_max:
+        raise ValueError(f"need 0 < coord_min < coord_max, got {coord_min}, {coord_max}")
+    if not 0 <= orbit_noise < 1:
+        raise ValueError(f"need 0 <= orbit_noise < 1, got {orbit_noise}")
 
     def H(y: Tensor) -> Tensor:
         q, p = _split(y)
@@ -275,19 +282,19 @@ def two_body(
         return (p**2).sum(-1) / (2 * mass) - gravity * mass**2 / distance
 
     def sampler(n: int, generator: torch.Generator, dtype=torch.float64) -> Tensor:
-        u = torch.rand((n, 2), generator=generator, dtype=dtype)
-        r = r_min + (r_max - r_min) * u[:, 0]
-        angle = 2 * math.pi * u[:, 1]
-        pos = torch.stack([r * torch.cos(angle), r * torch.sin(angle)], -1)
-        speed = torch.sqrt(gravity * mass / (4 * r))
-        scale = 1 + eccentricity * torch.randn(n, generator=generator, dtype=dtype)
+        pos = coord_min + (coord_max - coord_min) * torch.rand(
+            (n, 2), generator=generator, dtype=dtype
+        )
+        r = pos.norm(dim=-1)
+        speed = torch.sqrt(gravity * mass / (4 * r))  # circular orbit about the centre of mass
+        scale = 1 + orbit_noise * torch.randn(n, generator=generator, dtype=dtype)
         vel = torch.stack([-pos[:, 1], pos[:, 0]], -1) / r[:, None] * (speed * scale)[:, None]
         return torch.cat([pos, -pos, mass * vel, -mass * vel], -1)
 
-    params = {"gravity": gravity, "mass": mass, "r_min": r_min, "r_max": r_max,
-              "eccentricity": eccentricity}  # fmt: skip
+    params = {"gravity": gravity, "mass": mass, "coord_min": coord_min, "coord_max": coord_max,
+              "orbit_noise": orbit_noise}  # fmt: skip
     return System(
-        "two_body", 4, H, ((-2 * r_max, 2 * r_max),) * 8, params,
+        "two_body", 4, H, ((-2 * coord_max, 2 * coord_max),) * 8, params,
         separable=True, mass=mass, sampler=sampler,
         description="H = (|p1|^2 + |p2|^2)/(2m) - G m^2/|q1 - q2|; HNN's near-circular orbits",
     )  # fmt: skip
