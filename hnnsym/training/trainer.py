@@ -284,9 +284,9 @@ class Trainer:
             if self.average is not None and self.state.epoch + 1 >= t.ema_start:
                 self.average.update_parameters(self.model)
             running += (loss.item() - running) / (k + 1)
-            if value.defect is not None:
-                defect = float(value.defect) if defect is None else defect
-                defect += (float(value.defect) - defect) / (k + 1)
+            if value.defect is not None:  # the running mean, as for the loss
+                d = float(value.defect)
+                defect = d if defect is None else defect + (d - defect) / (k + 1)
             bar.set_postfix(loss=f"{running:.3e}")
         val = self.validate()
         if not math.isfinite(val):
