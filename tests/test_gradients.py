@@ -244,7 +244,10 @@ def test_keeping_every_kth_state_gives_the_same_gradient(variant, keep_every):
 
 
 def test_keep_every_saves_fewer_states():
-    """Saved for backward by the stepwise function: N+1 states with k = 1, ⌈N/k⌉ with k > 1."""
+    """Saved for backward by the stepwise function: N+1 states with k = 1; with k > 1, ⌈N/k⌉
+    states and, for each but the first, the stage predictor's history there (the stages of the
+    three steps before it, (1, B, 2d) each for implicit midpoint) from which backward recomputes
+    the block bit for bit."""
     steps, B = 64, 8
     H = make_model(HNN, 1, seed=0, gain=1.0)
     y0 = torch.randn(B, 2, dtype=F64)
@@ -268,7 +271,7 @@ def test_keep_every_saves_fewer_states():
             )
         sizes[keep] = saved
     assert sizes[1] == [steps + 1]
-    assert sizes[8] == sizes["sqrt"] == [8]
+    assert sizes[8] == sizes["sqrt"] == [8] + [1] * 3 * (steps // 8 - 1)
 
 
 def test_bad_keep_every_is_refused():

@@ -206,7 +206,7 @@ def test_backprop_memory_grows_with_steps_and_symplectic_adjoint_barely(tiny_run
     _, _, df = tiny_run
     saved = df.pivot(index="method", columns="steps", values="saved_mb_forward")
     bp, sa = saved.loc["backprop"], saved.loc["symplectic_adjoint"]
-    assert bp[4] > 1.6 * bp[2]
+    assert bp[4] > 1.4 * bp[2]  # the first step's RK2 predictor: ~3x a later step's graph
     assert bp[4] - bp[2] > 20 * (sa[4] - sa[2])
     cp = saved.loc["checkpoint"]  # keeps the states only, like the symplectic adjoint
     assert bp[4] - bp[2] > 20 * (cp[4] - cp[2])
@@ -224,8 +224,10 @@ def test_cli_bad_input_is_one_line_error(tmp_path):
 @pytest.mark.slow
 def test_subprocess_rss_sees_backprops_graph():
     """A fresh process's RSS growth holds at least the bytes saved for backward (they are resident
-    together at the end of forward); the symplectic adjoint's is several times smaller."""
-    steps = 32
+    together at the end of forward); the symplectic adjoint's is several times smaller (at 128
+    steps: measured 16 against 93 MiB; at 32 steps backprop's graph, smaller per step since the
+    extrapolating predictor, is too close to the adjoint's allocator baseline to tell)."""
+    steps = 128
     setting = Setting(system=OSCILLATOR, batch=512)
     bp, sa = (Method(g, "implicit_midpoint", HNN) for g in ("backprop", "symplectic_adjoint"))
     H = make_model(HNN, 1, 0)

@@ -141,11 +141,13 @@ def test_zero_steps():
 
 
 def test_no_trajectory_is_kept():
-    """With keep_every=sqrt the fused symplectic adjoint keeps ⌈N/k⌉ + 1 states and one step's
-    graph (chunk=1): its peak saved bytes (forward and backward) stay below a third of the
-    trajectory's (measured: 0.22 of it at 128 steps), while the same method returning the trajectory for the same loss holds more
-    than a whole trajectory (the loss's own ŷ − y)."""
-    steps, d, batch = 128, 1, 64
+    """With keep_every=sqrt the fused symplectic adjoint keeps ⌈N/k⌉ + 1 states, the stage
+    predictor's history at each (three stages), and one step's graph (chunk=1): its peak saved
+    bytes (forward and backward) stay below a third of the trajectory's at 512 steps (measured:
+    0.21 of it; 0.46 at 128 steps, where the histories are 33 of ~44 state-sized tensors), while
+    the same method returning the trajectory for the same loss holds more than a whole trajectory
+    (the loss's own ŷ − y)."""
+    steps, d, batch = 512, 1, 64
     with torch.random.fork_rng():
         torch.manual_seed(0)
         H = HNN(d, hidden=(8,)).to(F64)

@@ -25,9 +25,8 @@ from hnnsym.config.runtime import configure
 from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import SPLITS, Split, refuse_overwrite, write_dataset
 from hnnsym.errors import ConvergenceError, UserError
-from hnnsym.ode.integrators import Integrator, get_integrator
-from hnnsym.ode.problem import SolverStats
-from hnnsym.ode.solve import solve
+from hnnsym.ode.integrators import Integrator, advance, get_integrator
+from hnnsym.ode.problem import Problem, SolverStats
 from hnnsym.physics.systems import System, system_from_config
 
 
@@ -60,19 +59,22 @@ def simulate(
     """Ground truth: integrate from y0 (B, 2d) with step ``fine_dt`` and keep every ``every``-th
     state, ``steps`` times: (steps+1, B, 2d), time-major like ``integrate``, no graph.
 
-    ``progress(B)`` is called after each observation interval.
+    One run of every·steps steps, taken an observation interval at a time (the predictor's
+    history carried over, so the states are those of one ``integrate`` call, bit for bit);
+    ``progress(B)`` is called after each interval.
     """
-    ys = [y0]
-    y = y0
+    problem = Problem(H, get_integrator(integrator), float(fine_dt), every * steps)
+    problem.integrator.check(problem, y0)
+    ys, y, previous = [y0], y0, ()
     with torch.no_grad():
-        for _ in range(steps):
-            solution = solve(H, y, fine_dt, every, integrator, "backprop")
-            y = solution.ys[-1]
-            if stats is not None:
-                stats.merge(solution.stats)
+        for k in range(steps):
+            states, previous = advance(problem, y, k * every, (k + 1) * every, previous)
+            y = states[-1] if states else y
             ys.append(y)
             if progress is not None:
                 progress(y.shape[0])
+    if stats is not None:
+        stats.merge(problem.stats)
     return torch.stack(ys)
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
 
 from hnnsym.errors import IncompatibleError
+from hnnsym.ode.integrators import Previous, advance
 from hnnsym.ode.problem import Problem
 from hnnsym.ode.running import RunningLoss
 
@@ -79,6 +80,13 @@ class StepwiseAdjoint(GradientMethod):
             return max(1, math.ceil(math.sqrt(steps)))
         return int(self.keep_every)
 
+    def advance(
+        self, problem: Problem, y: Tensor, start: int, end: int, previous: Previous = ()
+    ) -> tuple[list[Tensor], Previous]:
+        """[y_{start+1}, …, y_end] from y = y_start, without a graph, continuing the run whose
+        stage predictor history is ``previous``; and the history after y_end (see ``advance``)."""
+        return advance(problem, y, start, end, previous)
+
     def integrate(self, problem: Problem, y0: Tensor) -> Tensor:
         return _StepwiseFunction.apply(self, problem, y0, *problem.params())
 
@@ -118,27 +126,61 @@ def accumulate(total: list[Tensor | None], grads) -> None:
             total[i] = g if total[i] is None else total[i] + g
 
 
-def _recompute(problem: Problem, y: Tensor, start: int, end: int) -> Tensor:
-    """States start..end (end-start+1, B, 2d) from y = y_start, without a graph."""
-    ys = [y]
+def _forward(
+    method: StepwiseAdjoint, problem: Problem, y0: Tensor, stride: int
+) -> Iterator[tuple[int, list[Tensor], Previous]]:
+    """The forward without a graph, one run of all steps, yielded block by block: (a, [y_a, …,
+    y_b], the predictor history at y_a) for the blocks [a, b) of ``stride`` steps (one block of
+    all steps for stride 1). The backward recomputes a block from y_a and that history, so it
+    repeats the forward's bits."""
+    N, y, previous = problem.steps, y0.detach(), ()
     with torch.no_grad():
-        for n in range(start, end):
-            ys.append(problem.integrator.step_of(problem, ys[-1], n))
-    return torch.stack(ys)
+        for a in range(0, max(N, 1), stride if stride > 1 else max(N, 1)):
+            b = min(a + (stride if stride > 1 else N), N)
+            states, after = method.advance(problem, y, a, b, previous)
+            yield a, [y, *states], previous
+            y, previous = (states[-1] if states else y), after
+
+
+def _save(ctx, kept: Tensor, last: Tensor | None, params, histories: list[Previous]) -> None:
+    """save_for_backward the kept states, y_N (or None), the parameters and each kept state's
+    predictor history (so that the memory meters see it)."""
+    ctx.history_lengths = [len(h) for h in histories]
+    ctx.has_last = last is not None
+    flat = [t for h in histories for t in h]
+    ctx.save_for_backward(kept, *([last] if last is not None else []), *params, *flat)
+
+
+def _load(ctx) -> tuple[Tensor, Tensor | None, list[Tensor], list[Previous]]:
+    kept, *rest = ctx.saved_tensors
+    last = rest.pop(0) if ctx.has_last else None
+    n_flat = sum(ctx.history_lengths)
+    params, flat = rest[: len(rest) - n_flat], rest[len(rest) - n_flat :]
+    histories, i = [], 0
+    for length in ctx.history_lengths:
+        histories.append(tuple(flat[i : i + length]))
+        i += length
+    return kept, last, params, histories
 
 
 def _sweep(
-    method: StepwiseAdjoint, problem: Problem, kept: Tensor, stride: int, lam: Tensor,
-    jumps_of: Callable[[Tensor, int, int], Tensor], params: list[Tensor],
+    method: StepwiseAdjoint, problem: Problem, kept: Tensor, histories: list[Previous],
+    stride: int, lam: Tensor, jumps_of: Callable[[Tensor, int, int], Tensor], params: list[Tensor],
 ) -> tuple[Tensor, list[Tensor | None]]:  # fmt: skip
     """The backward sweep shared by both stepwise functions: λ = dL/dy_N back to dL/dy_0, block by
-    block (states recomputed from the kept ones when stride > 1), with ``jumps_of(states, start,
-    end)`` the loss's ∂L/∂y_n for n = start..end−1 of a block. Returns (dL/dy_0, dL/dθ)."""
+    block (states recomputed from the kept ones and their predictor histories when stride > 1),
+    with ``jumps_of(states, start, end)`` the loss's ∂L/∂y_n for n = start..end−1 of a block.
+    Returns (dL/dy_0, dL/dθ)."""
     N = problem.steps
     grad_params: list[Tensor | None] = [None] * len(params)
     blocks = [(0, N)] if stride == 1 else [(a, min(a + stride, N)) for a in range(0, N, stride)]
     for start, end in reversed(blocks):
-        states = kept if stride == 1 else _recompute(problem, kept[start // stride], start, end)
+        if stride == 1:
+            states = kept
+        else:
+            y, previous = kept[start // stride], histories[start // stride]
+            with torch.no_grad():
+                states = torch.stack([y, *method.advance(problem, y, start, end, previous)[0]])
         jumps = jumps_of(states, start, end)
         lam = method.block_vjp(problem, states, jumps, lam, params, start, grad_params)
     return lam, grad_params
@@ -147,65 +189,63 @@ def _sweep(
 class _StepwiseFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, method: StepwiseAdjoint, problem: Problem, y0: Tensor, *params: Tensor):
-        with torch.no_grad():
-            traj = problem.trajectory(y0.detach())
         ctx.method, ctx.problem = method, problem
         ctx.stride = method.stride(problem.steps)
-        kept = traj if ctx.stride == 1 else traj[: problem.steps : ctx.stride].clone()
-        ctx.save_for_backward(kept, *params)
+        states, starts, histories = [], [], []
+        for _, block, previous in _forward(method, problem, y0, ctx.stride):
+            states += block[:-1]
+            starts.append(block[0])
+            histories.append(previous)
+        states.append(block[-1])
+        traj = torch.stack(states)
+        kept = traj if ctx.stride == 1 else torch.stack(starts)
+        _save(ctx, kept, None, params, histories if ctx.stride > 1 else [])
         return traj
 
     @staticmethod
     def backward(ctx, grad_traj: Tensor):
-        kept, *params = ctx.saved_tensors
+        kept, _, params, histories = _load(ctx)
         lam, grad_params = _sweep(
-            ctx.method, ctx.problem, kept, ctx.stride, grad_traj[-1],
+            ctx.method, ctx.problem, kept, histories, ctx.stride, grad_traj[-1],
             lambda states, start, end: grad_traj[start:end], params,
         )  # fmt: skip
         return (None, None, lam, *grad_params)
 
 
 class _StepwiseLossFunction(torch.autograd.Function):
-    """(L, y_N) of a running loss. Saves every k-th state (all N+1 with k = 1) and y_N; the
-    loss terms are summed block by block as the forward steps (k states at a time)."""
+    """(L, y_N) of a running loss. Saves every k-th state (all N+1 with k = 1), its predictor
+    history, and y_N; the loss terms are summed block by block as the forward steps (k states at
+    a time)."""
 
     @staticmethod
     def forward(ctx, method: StepwiseAdjoint, problem: Problem, loss: RunningLoss, y0: Tensor,
                 *params: Tensor):  # fmt: skip
         N, k = problem.steps, method.stride(problem.steps)
-        kept: list[Tensor] = []
-        pending: list[Tensor] = []  # states y_first.. whose loss terms are not summed yet
-        first = 0
-        with torch.no_grad():
-            y = y0.detach()
-            value = torch.zeros((), dtype=y.dtype, device=y.device)
-            for n in range(N):
-                if n % k == 0:
-                    kept.append(y)
-                if k > 1:
-                    pending.append(y)
-                    if len(pending) == k:
-                        value = value + loss.terms(torch.stack(pending), first)
-                        first, pending = first + k, []
-                y = problem.integrator.step_of(problem, y, n)
-            if k == 1 or N == 0:  # all states are kept: sum their terms at once
-                kept = [torch.stack([*kept, y])]
-                value = value + loss.terms(kept[0], 0)
-            else:
-                value = value + loss.terms(torch.stack([*pending, y]), first)
-                kept = [torch.stack(kept)]
+        value = torch.zeros((), dtype=y0.dtype, device=y0.device)
+        starts, histories = [], []
+        for a, block, previous in _forward(method, problem, y0, k):
+            last = block[-1]
+            with torch.no_grad():  # y_a … y_{b-1}, and y_N with the last block
+                value = value + loss.terms(
+                    torch.stack(block if a + len(block) > N else block[:-1]), a
+                )
+            starts.append(block if k == 1 else block[0])
+            histories.append(previous)
+        kept = torch.stack(starts[0]) if k == 1 else torch.stack(starts)
         ctx.method, ctx.problem, ctx.loss, ctx.stride = method, problem, loss, k
-        ctx.save_for_backward(kept[0], y, *params)
-        return value, y
+        _save(ctx, kept, last, params, histories if k > 1 else [])
+        return value, last
 
     @staticmethod
     def backward(ctx, grad_value: Tensor, grad_last: Tensor):
-        kept, last, *params = ctx.saved_tensors
+        kept, last, params, histories = _load(ctx)
         loss, N = ctx.loss, ctx.problem.steps
 
         def jumps_of(states: Tensor, start: int, end: int) -> Tensor:
             return grad_value * loss.jumps(states[: end - start], start)
 
         lam = grad_last + grad_value * loss.jumps(last.unsqueeze(0), N)[0]
-        lam, grad_params = _sweep(ctx.method, ctx.problem, kept, ctx.stride, lam, jumps_of, params)
+        lam, grad_params = _sweep(
+            ctx.method, ctx.problem, kept, histories, ctx.stride, lam, jumps_of, params
+        )
         return (None, None, None, lam, *grad_params)

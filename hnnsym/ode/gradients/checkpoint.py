@@ -12,12 +12,23 @@ import torch
 from torch import Tensor
 
 from hnnsym.ode.gradients.base import StepwiseAdjoint
+from hnnsym.ode.integrators import Previous
 from hnnsym.ode.problem import Problem
 
 
 class Checkpoint(StepwiseAdjoint):
     name = "checkpoint"
     needs = ("step_of",)  # any integrator with a one-step map (RATTLE's step is an exact adjoint)
+
+    def advance(
+        self, problem: Problem, y: Tensor, start: int, end: int, previous: Previous = ()
+    ) -> tuple[list[Tensor], Previous]:
+        """Each step from its state alone (``step_of``, no predictor history): the backward
+        recomputes each step that way, with its graph, and must repeat the forward's bits."""
+        out: list[Tensor] = []
+        for n in range(start, end):
+            out.append(problem.integrator.step_of(problem, out[-1] if out else y, n))
+        return out, ()
 
     def step_vjp(
         self, problem: Problem, y: Tensor, y_next: Tensor, lam: Tensor, params: list[Tensor], n: int

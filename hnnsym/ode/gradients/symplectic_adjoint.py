@@ -24,7 +24,7 @@ solution, up to rounding and the solver tolerances. Memory: N states + one step'
 states with ``keep_every=k``, see StepwiseAdjoint).
 
 ``adjoint_solve="direct"`` (the default, ``"auto"``, when s·2d <= DIRECT_MAX) solves step 3 exactly
-instead: the Jacobians Df(Y_i) (the 2d unit cotangents in one batched VJP) give the (s·2d)² system
+instead: the Jacobians Df(Y_i) (one VJP per unit cotangent) give the (s·2d)² system
 (I − h P) μ = h (b ⊗ λ), P_(j,i) = diag(A_ij) Df(Y_i)ᵀ, one batched ``torch.linalg.solve`` per step.
 Steps are taken ``chunk`` at a time: one graph of f at the stages of all the chunk's steps, the
 Jacobians of all of them, the per-step solves (small tensors), and one VJP for the chunk's dL/dθ,
@@ -119,15 +119,14 @@ class SymplecticAdjoint(StepwiseAdjoint):
         with torch.enable_grad():
             Y_ = Y.reshape(s * c * B, dim).detach().requires_grad_(True)
             F = problem.f(Y_, create_graph=True)
+            # row k of Df: one VJP with the unit cotangent e_k (a loop of 2d VJPs measured
+            # 1.1–1.8x faster on CPU than one batched call, is_grads_batched, at 2d = 2 and 4)
             eye = torch.eye(dim, dtype=y.dtype, device=y.device)
-            (rows,) = torch.autograd.grad(
-                F,
-                Y_,
-                eye[:, None, :].expand(dim, *F.shape),
-                retain_graph=True,
-                is_grads_batched=True,
-            )
-        D = rows.transpose(0, 1).reshape(s, c, B, dim, dim)  # D[i, t, b, k, m] = ∂f_k/∂y_m
+            rows = [
+                torch.autograd.grad(F, Y_, eye[k].expand_as(F), retain_graph=True)[0]
+                for k in range(dim)
+            ]
+        D = torch.stack(rows, -2).reshape(s, c, B, dim, dim)  # D[i, t, b, k, m] = ∂f_k/∂y_m
         identity = torch.eye(s * dim, dtype=y.dtype, device=y.device)
         mus = torch.empty(s, c, B, dim, dtype=y.dtype, device=y.device)
         for t in reversed(range(c)):

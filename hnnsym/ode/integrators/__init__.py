@@ -27,6 +27,8 @@ from hnnsym.ode.integrators.tableaux import TABLEAUX, Tableau
 from hnnsym.ode.integrators.tao import TaoSplitting
 from hnnsym.ode.problem import Problem
 
+Previous = tuple[Tensor, ...]  # what a run's next step reuses (RungeKutta.steps, Rattle.steps)
+
 
 @runtime_checkable
 class Integrator(Protocol):
@@ -49,7 +51,7 @@ class Integrator(Protocol):
 
 
 def _runge_kutta(tableau: Tableau) -> Callable[..., RungeKutta]:
-    def build(tol: float | None = None, max_iter: int = 50, predictor: str = "rk2",
+    def build(tol: float | None = None, max_iter: int = 50, predictor: str = "extrapolate",
               on_fail: str = "raise") -> RungeKutta:  # fmt: skip
         return RungeKutta(tableau, FixedPoint(tol, max_iter, on_fail), predictor)
 
@@ -94,6 +96,21 @@ def get_integrator(integrator: str | Tableau | Integrator, **options) -> Integra
     return factory(**options)
 
 
+def advance(
+    problem: Problem, y: Tensor, start: int, end: int, previous: Previous = ()
+) -> tuple[list[Tensor], Previous]:
+    """[y_{start+1}, …, y_end] from y = y_start, and the predictor history after y_end: the
+    integrator's own ``steps`` when it has them (a stage predictor that draws on the earlier
+    steps of the run, ``previous`` being those before ``start``), else ``step_of`` per step."""
+    steps = getattr(problem.integrator, "steps", None)
+    if callable(steps):
+        return steps(problem, y, start, end, previous)
+    out: list[Tensor] = []
+    for n in range(start, end):
+        out.append(problem.integrator.step_of(problem, out[-1] if out else y, n))
+    return out, ()
+
+
 def integrator_from_config(node: Mapping[str, Any]) -> Integrator:
     """An integrator from a config group node: ``name`` plus options. Keys that other integrators
     take are ignored (so a sweep's ``integrator.tol=...`` also runs with integrator=tao)."""
@@ -107,6 +124,7 @@ def integrator_from_config(node: Mapping[str, Any]) -> Integrator:
 __all__ = [
     "DEFAULT_TOL",
     "INTEGRATORS",
+    "Previous",
     "TABLEAUX",
     "FixedPoint",
     "Integrator",
@@ -116,6 +134,7 @@ __all__ = [
     "Separable",
     "Tableau",
     "TaoSplitting",
+    "advance",
     "as_separable",
     "get_integrator",
     "integrator_from_config",

@@ -58,7 +58,7 @@ Newton iterations themselves (memory ∝ steps × iterations; a reference for te
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -332,16 +332,24 @@ class Rattle:
 
     def trajectory(self, problem: Problem, y0: Tensor) -> Tensor:
         """All states (steps+1, B, 2n), with a graph if grad mode is on."""
-        ys = [y0]
+        return torch.stack([y0, *self.steps(problem, y0, 0, problem.steps)[0]])
+
+    def steps(
+        self, problem: Problem, y: Tensor, start: int, end: int, previous: Sequence[Tensor] = ()
+    ) -> tuple[list[Tensor], tuple[Tensor, ...]]:
+        """[y_{start+1}, …, y_end] from y = y_start, and what the next step reuses: without a
+        graph, in the multiplier form, ∇V(q_{n+1}) of step n is ∇V(q_n) of step n+1, carried in
+        ``previous`` (so a run continued from it repeats the bits of one call)."""
+        out: list[Tensor] = []
         if torch.is_grad_enabled() or not self.multipliers(problem.H):
-            for n in range(problem.steps):
-                ys.append(self.step_of(problem, ys[-1], n))
-            return torch.stack(ys)
-        force = None  # without a graph: ∇V(q_{n+1}) of step n is ∇V(q_n) of step n+1
-        for n in range(problem.steps):
-            X, force = self.solve_multipliers(problem, ys[-1], n, force=force)
-            ys.append(_output(X, y0.shape[-1] // 2))
-        return torch.stack(ys)
+            for n in range(start, end):
+                out.append(self.step_of(problem, out[-1] if out else y, n))
+            return out, ()
+        force = previous[0] if previous else None
+        for n in range(start, end):
+            X, force = self.solve_multipliers(problem, out[-1] if out else y, n, force=force)
+            out.append(_output(X, y.shape[-1] // 2))
+        return out, (() if force is None else (force,))
 
     def step_of(self, problem: Problem, y: Tensor, n: int) -> Tensor:
         """y_{n+1} from y_n (B, 2n), differentiable when grad mode is on."""
