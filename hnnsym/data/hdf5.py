@@ -220,8 +220,11 @@ def read_dataset(
     system: str | None = None,
     dim: int | None = None,
     splits: Iterable[str] = SPLITS,
+    arrays: Iterable[str] = ARRAYS,
 ) -> Dataset:
     """Read and validate a data file; ``system``/``dim``, when given, must match the file's.
+    ``arrays``: which of ``ARRAYS`` to read (the required ones are always read and checked;
+    ``train`` leaves out ``clean``, which it never uses, and saves reading half the file).
 
     Every attribute of the schema is in ``Dataset.attrs``: the optional ones the file lacks have
     their ``OPTIONAL_ATTRS`` value (None; ``system_params``: {}). A missing or malformed required
@@ -239,7 +242,10 @@ def read_dataset(
             if observe not in OBSERVE:
                 raise DataError(f"{path}: root attribute observe must be one of {OBSERVE} (what "
                                 f"`observed` holds), got {observe!r}")  # fmt: skip
-            out = {name: _read_split(path, f, name, int(attrs["dim"]), observe) for name in splits}
+            out = {
+                name: _read_split(path, f, name, int(attrs["dim"]), observe, tuple(arrays))
+                for name in splits
+            }
     except OSError as err:
         raise DataError(
             f"{path} is not a readable HDF5 file, or is truncated or corrupt ({_first_line(err)}); "
@@ -350,7 +356,10 @@ def _check_attrs(
         )
 
 
-def _read_split(path: Path, f: h5py.File, name: str, dim: int, observe: str = "qp") -> Split:
+def _read_split(
+    path: Path, f: h5py.File, name: str, dim: int, observe: str = "qp",
+    wanted: tuple[str, ...] = ARRAYS,
+) -> Split:  # fmt: skip
     command = generate_command(path, f.attrs.get("system"))
     arrays_doc = " and ".join(REQUIRED_ARRAYS)
     if name not in f:
@@ -367,7 +376,11 @@ def _read_split(path: Path, f: h5py.File, name: str, dim: int, observe: str = "q
             f"{', '.join(missing)}; "
             + _what_to_do(f.attrs, command, f"every split needs {arrays_doc} ({SCHEMA_DOC})")
         )
-    arrays = {k: np.asarray(group[k][...], dtype=np.float64) for k in ARRAYS if k in group}
+    arrays = {
+        k: np.asarray(group[k][...], dtype=np.float64)
+        for k in ARRAYS
+        if k in group and (k in wanted or k in REQUIRED_ARRAYS)
+    }
     obs, clean, t = arrays["observed"], arrays.get("clean"), arrays["t"]
     width = observed_width(dim, observe)  # d for positions only (observe "q"), else 2d
     if (

@@ -59,7 +59,9 @@ def train(cfg: DictConfig) -> TrainResult:
         system = system_from_config(node)
     except (TypeError, ValueError) as err:
         raise UserError(str(err)) from err
-    data = read_dataset(data_file, system=system.name, dim=system.dim, splits=("train", "val"))
+    data = read_dataset(
+        data_file, system=system.name, dim=system.dim, splits=("train", "val"), arrays=()
+    )
     stored = data.attrs.get("system_params") or {}
     if system.name == "custom" and (differ := [k for k, v in system.params.items()
                                                if stored.get(k) != v]):  # fmt: skip

@@ -7,6 +7,7 @@ symplectic Euler on a separable H) the stages are evaluated once, in dependency 
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -70,7 +71,8 @@ class FixedPoint:
         while it < self.max_iter:
             it += 1
             x_new = g(x)
-            change = (x_new.detach() - x.detach()).abs().max() * scale
+            with torch.no_grad():
+                change = torch.linalg.vector_norm(x_new - x, math.inf) * scale
             if relative:
                 change = change / (x_new.detach().abs().max() * scale).clamp_min(1e-300)
             residual = float(change)
@@ -191,6 +193,11 @@ class RungeKutta:
     # ---- the stage equations --------------------------------------------------------------
     def stage_states(self, y: Tensor, K: Tensor, h: float, n_q: int) -> Tensor:
         """Y_i = y + h Σ_j a_ij K_j with a_q on the q-part and a_p on the p-part: (s, B, n)."""
+        if not self._partitioned:  # one matrix for both parts: no split, no cat
+            if self.tableau.stages == 1:
+                return torch.add(y, K, alpha=h * self.tableau.a_q[0][0])
+            a, _, _, _ = self.tableau.coefficients(y.dtype, y.device)
+            return torch.add(y, (a @ K.reshape(K.shape[0], -1)).view(K.shape), alpha=h)
         a_q, _, a_p, _ = self.tableau.coefficients(y.dtype, y.device)
         Yq = y[..., :n_q] + h * torch.einsum("ij,jbn->ibn", a_q, K[..., :n_q])
         Yp = y[..., n_q:] + h * torch.einsum("ij,jbn->ibn", a_p, K[..., n_q:])
@@ -204,6 +211,11 @@ class RungeKutta:
 
     def update(self, y: Tensor, K: Tensor, h: float, n_q: int) -> Tensor:
         """y' = y + h Σ_i b_i K_i (b_q on q, b_p on p)."""
+        if not self._partitioned:
+            if self.tableau.stages == 1:
+                return torch.add(y, K[0], alpha=h * self.tableau.b_q[0])
+            _, b, _, _ = self.tableau.coefficients(y.dtype, y.device)
+            return torch.add(y, torch.tensordot(b, K, 1), alpha=h)
         _, b_q, _, b_p = self.tableau.coefficients(y.dtype, y.device)
         return torch.cat(
             [
@@ -212,6 +224,10 @@ class RungeKutta:
             ],
             dim=-1,
         )
+
+    @cached_property
+    def _partitioned(self) -> bool:
+        return self.tableau.partitioned
 
     def weights(self, like: Tensor, n_q: int) -> Tensor:
         """∂y'/∂K_i as per-coordinate weights b_i: (s, 1, n)."""
