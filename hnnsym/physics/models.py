@@ -65,9 +65,37 @@ def _activation_derivative(act: nn.Module) -> Callable[[Tensor, Tensor], Tensor]
 def _tanh_and_slope(z: Tensor) -> tuple[Tensor, Tensor]:
     """(tanh z, 1 − tanh² z), with tanh z = 2σ(2z) − 1: the same function as ``torch.tanh`` to
     rounding (|Δ| <= 2 ulp of 1), and 1.5–3x faster on CPU, where torch's tanh is slow; the slope
-    in one fused op (1 − a² as addcmul)."""
-    a = torch.sigmoid(2 * z).mul(2).sub_(1)
+    in one fused op (1 − a² as addcmul). With a graph, one node (``_TanhSlope``)."""
+    if torch.is_grad_enabled() and z.requires_grad:
+        return _TanhSlope.apply(z)
+    return _tanh_and_slope_values(z)
+
+
+def _tanh_and_slope_values(z: Tensor) -> tuple[Tensor, Tensor]:
+    a = torch.sigmoid(2 * z).mul_(2).sub_(1)
     return a, torch.addcmul(torch.ones((), dtype=a.dtype, device=a.device), a, a, value=-1)
+
+
+class _TanhSlope(torch.autograd.Function):
+    """z -> (a, s) = (tanh z, 1 − tanh² z) as one graph node: backward
+    ∂L/∂z = s (∂L/∂a − 2a ∂L/∂s), two ops instead of autograd's chain through σ, the scalings and
+    addcmul (the gradient methods' backward passes through ∇H in closed form spent ~1/5 of a
+    training epoch there). The backward is made of differentiable ops, so double backward works."""
+
+    @staticmethod
+    def forward(ctx, z: Tensor) -> tuple[Tensor, Tensor]:
+        a, slope = _tanh_and_slope_values(z)
+        ctx.save_for_backward(a, slope)
+        return a, slope
+
+    @staticmethod
+    def backward(ctx, grad_a: Tensor | None, grad_slope: Tensor | None) -> Tensor:
+        a, slope = ctx.saved_tensors
+        if grad_slope is None:
+            return grad_a * slope
+        if grad_a is None:
+            return -2 * a * slope * grad_slope
+        return slope * torch.addcmul(grad_a, a, grad_slope, value=-2)
 
 
 def _activation_and_slope(act: nn.Module) -> Callable[[Tensor], tuple[Tensor, Tensor]]:
