@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 
-.PHONY: install test lint format demo example-data bench figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum clean
+.PHONY: install test lint format demo example-data bench bench-train-time figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,13 +42,19 @@ figure5: install
 
 # Benchmarks (figures in outputs/profile/.../profile.{csv,md,png}): the headline ratios to backprop
 # at 32 and 1024 steps, the memory at 1024 and 8192 steps (keep_every=sqrt), the profile for every
-# Gauss–Legendre order, the reversible round trip at 1e6 steps, and RATTLE over 1e5 steps.
+# Gauss–Legendre order, the reversible round trip at 1e6 steps, RATTLE over 1e5 steps, and the
+# training time of make table1's runs against 52db500 (issue 16).
 bench: install
 	$(PY) -m hnnsym.profile 'profile.steps=[32,1024]'
 	$(PY) -m hnnsym.profile experiment=profile_memory
 	$(PY) -m hnnsym.profile --multirun integrator=implicit_midpoint,gauss_legendre4,gauss_legendre6 'profile.steps=[4,8,16,32,64,128,256]'
 	$(PY) benchmarks/reversible_roundtrip.py
 	$(PY) benchmarks/rattle_long_run.py
+	$(PY) benchmarks/train_time.py --before 52db500
+
+# Training time of make table1's runs against the commit issue 16 was filed at (outputs/bench/train_time)
+bench-train-time: install
+	$(PY) benchmarks/train_time.py --before 52db500
 
 # ---- Table 1 (seed 000) with its baselines, figures, noise sweep --------------------------------
 T1_SYSTEMS := double_well coupled_oscillator henon_heiles
