@@ -1,16 +1,17 @@
 """Training time of `make table1`'s paper-budget runs, this tree against an earlier commit (issue 16).
 
     python benchmarks/train_time.py --before 52db500            # = make bench-train-time
-    python benchmarks/train_time.py --before 52db500 --systems double_well --runs 1
+    python benchmarks/train_time.py --before 52db500 --experiments table1 --systems double_well
 
-For each run and system, alternately in a git worktree of ``--before`` and in this tree: ``python -m
-hnnsym.train experiment=table1 system=<s> seed=0 data_file=<data-dir>/<s>/low/seed0.h5`` (the data
-are generated first if missing). Measured per run: the process's CPU time (user + sys, from
-``getrusage`` of the child), its wall time, the training loop's wall time (the sum of metrics.csv's
-``epoch_time``, what start-up and imports do not count in) and the best validation loss (the same
-numbers to the printed digits is part of the target). Writes ``train_time.csv`` and
-``train_time.md`` (medians per system and side, and the ratios before / this) into ``--out``.
-On a shared machine compare CPU times; alternating the sides spreads the load over both.
+As `make table1` trains them: one Hydra multirun process per side, ``python -m hnnsym.train -m
+experiment=<the paper-budget methods> system=<the three systems> seed=0`` on the noise-0.01 data of
+``--data-dir`` (generated first if missing), first in a git worktree of ``--before``, then in this
+tree, ``--runs`` times alternately. Measured: each process's CPU time (user + sys, ``getrusage`` of
+the child) and wall time, and per run the training loop's wall time (the sum of metrics.csv's
+``epoch_time``) and best validation loss (the same numbers to the printed digits is part of the
+target). Writes ``train_time.csv`` (one row per run) and ``train_time.md`` (per process, per
+method and per system, with the ratios before / this) into ``--out``. Methods the earlier commit
+does not have are left out. On a shared machine compare CPU times.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from hnnsym.artifacts import write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEMS = ("double_well", "coupled_oscillator", "henon_heiles")
+# the paper-budget methods of make table1 (table1_long trains 4x the epochs; table1_ema is newer)
+METHODS = ("table1", "table1_smoothed", "table1_shnn", "table1_nssnn", "table1_hnn_derivative",
+           "table1_node")  # fmt: skip
 
 
 def _child_cpu() -> float:
@@ -37,65 +41,93 @@ def _child_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _train(tree: Path, system: str, data_file: Path, run_dir: Path) -> dict:
-    """One training run in ``tree``; its CPU, wall and loop seconds and best validation loss."""
-    cmd = [sys.executable, "-m", "hnnsym.train", "experiment=table1", f"system={system}",
-           "seed=0", f"data_file={data_file}", f"run_dir={run_dir}", "train.progress=false",
-           f"hydra.run.dir={run_dir}-hydra"]  # fmt: skip
+def _sweep(tree: Path, methods: list[str], systems: list[str], data_dir: Path, out: Path) -> dict:
+    """One multirun process in ``tree``; its CPU and wall seconds."""
+    cmd = [sys.executable, "-m", "hnnsym.train", "-m", f"experiment={','.join(methods)}",
+           f"system={','.join(systems)}", "seed=0", "noise=low", f"data_dir={data_dir}",
+           f"run_dir={out}/${{hydra:runtime.choices.experiment}}/${{system.name}}",
+           "train.progress=false", "train.resume=false", f"hydra.sweep.dir={out}-hydra"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cpu, wall = _child_cpu(), time.perf_counter()
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     wall, cpu = time.perf_counter() - wall, _child_cpu() - cpu
     if proc.returncode != 0:
         sys.exit(f"error: training in {tree} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    metrics = pd.read_csv(run_dir / "metrics.csv")
-    return {"cpu_s": cpu, "wall_s": wall, "loop_s": metrics["epoch_time"].sum(),
-            "best_val_loss": metrics["val_loss"].min(), "epochs": len(metrics)}  # fmt: skip
+    return {"cpu_s": cpu, "wall_s": wall}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", required=True, help="the commit to compare with")
+    parser.add_argument("--experiments", nargs="+", default=list(METHODS))
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS))
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--data-dir", type=Path, default=ROOT / "data")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "train_time")
     args = parser.parse_args()
-    rows = []
+    data_dir = args.data_dir.resolve()
+    for system in args.systems:
+        if not (data_dir / system / "low" / "seed0.h5").exists():
+            subprocess.run([sys.executable, "-m", "hnnsym.generate", f"system={system}",
+                            "noise=low", "seed=0", f"data_dir={data_dir}"], cwd=ROOT, check=True)  # fmt: skip
+    processes, rows = [], []
     with tempfile.TemporaryDirectory(prefix="train_time_") as tmp:
         before = Path(tmp) / "before"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(before),
                         args.before], check=True)  # fmt: skip
         try:
-            for system in args.systems:
-                data = (args.data_dir / system / "low" / "seed0.h5").resolve()
-                if not data.exists():
-                    subprocess.run([sys.executable, "-m", "hnnsym.generate", f"system={system}",
-                                    "noise=low", "seed=0", f"data_dir={args.data_dir}"],
-                                   cwd=ROOT, check=True)  # fmt: skip
-                for run in range(1, args.runs + 1):
-                    for side, tree in (("before", before), ("this", ROOT)):
-                        run_dir = Path(tmp) / f"{side}-{system}-{run}"
-                        rows.append({"system": system, "side": side, "run": run,
-                                     **_train(tree, system, data, run_dir)})  # fmt: skip
-                        print(rows[-1], flush=True)
+            methods = [m for m in args.experiments
+                       if (before / "conf" / "experiment" / f"{m}.yaml").exists()]  # fmt: skip
+            for run in range(1, args.runs + 1):
+                for side, tree in (("before", before), ("this", ROOT)):
+                    out = Path(tmp) / f"{side}{run}"
+                    processes.append({"side": side, "run": run,
+                                      **_sweep(tree, methods, args.systems, data_dir, out)})  # fmt: skip
+                    print(processes[-1], flush=True)
+                    for metrics in sorted(out.glob("*/*/metrics.csv")):
+                        m = pd.read_csv(metrics)
+                        rows.append({"side": side, "run": run, "experiment": metrics.parts[-3],
+                                     "system": metrics.parts[-2], "loop_s": m["epoch_time"].sum(),
+                                     "best_val_loss": m["val_loss"].min(), "epochs": len(m)})  # fmt: skip
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(before)],
                            check=False)  # fmt: skip
-    df = pd.DataFrame(rows)
-    med = df.groupby(["system", "side"])[["cpu_s", "wall_s", "loop_s", "best_val_loss"]].median()
-    table = med.unstack("side")
-    for col in ("cpu_s", "wall_s", "loop_s"):
-        table[(col, "before / this")] = table[(col, "before")] / table[(col, "this")]
+    runs, procs = pd.DataFrame(rows), pd.DataFrame(processes)
     args.out.mkdir(parents=True, exist_ok=True)
-    write_text(args.out / "train_time.csv", df.to_csv(index=False))
-    write_text(
-        args.out / "train_time.md",
-        f"# Training time: {args.before} (before) vs this tree, medians of {args.runs} runs\n\n"
-        + table.sort_index(axis=1).to_markdown(floatfmt=".4g")
-        + "\n",
-    )
-    print(table.sort_index(axis=1).to_string())
+    write_text(args.out / "train_time.csv", runs.to_csv(index=False))
+
+    def ratios(table: pd.DataFrame) -> pd.DataFrame:
+        table = table.unstack("side")
+        for col in {c for c, _ in table.columns} - {"best_val_loss"}:
+            table[(col, "before / this")] = table[(col, "before")] / table[(col, "this")]
+        return table.sort_index(axis=1)
+
+    whole = procs.groupby("side")[["cpu_s", "wall_s"]].median().T
+    whole["before / this"] = whole["before"] / whole["this"]
+    loops = runs.groupby(["side", "run"])["loop_s"].sum().groupby("side").median()
+    parts = [
+        f"# Training time of make table1's paper-budget runs: {args.before} (before) vs this tree",
+        f"Methods: {', '.join(methods)}; systems: {', '.join(args.systems)}; seed 0, noise 0.01; "
+        f"medians of {args.runs} multirun process(es) per side.",
+        "## Whole multirun process (CPU and wall seconds)",
+        whole.to_markdown(floatfmt=".4g"),
+        f"Training loops summed over the runs: before {loops['before']:.4g} s, this "
+        f"{loops['this']:.4g} s, ratio {loops['before'] / loops['this']:.3g}.",
+        "## Per method (loop seconds summed over the systems)",
+        ratios(
+            runs.groupby(["experiment", "side", "run"])["loop_s"]
+            .sum()
+            .groupby(["experiment", "side"])
+            .median()
+            .to_frame()
+        ).to_markdown(floatfmt=".4g"),  # fmt: skip
+        "## Per run (medians over the processes)",
+        ratios(
+            runs.groupby(["experiment", "system", "side"])[["loop_s", "best_val_loss"]].median()
+        ).to_markdown(floatfmt=".4g"),  # fmt: skip
+    ]
+    write_text(args.out / "train_time.md", "\n\n".join(parts) + "\n")
+    print("\n\n".join(parts))
 
 
 if __name__ == "__main__":
