@@ -159,7 +159,7 @@ chain-pendulum: install
 	      system.params.links=$$N noise=$(CHAIN_NOISE) seed=$$k data_dir=$(CHAIN_DATA)$$N || exit 1; \
 	  done; \
 	  for run in $(CHAIN_MODELS); do \
-	    args="system.params.links=$$N noise=$(CHAIN_NOISE) seed=$$k data_dir=$(CHAIN_DATA)$$N run_dir=$(CHAIN_OUT)$$N/$$run$(CHAIN_TAG)/seed$$k"; \
+	    args="system.params.links=$$N noise=$(CHAIN_NOISE) seed=$$k data_dir=$(CHAIN_DATA)$$N run_dir=$(CHAIN_OUT)$$N/$${run}$(CHAIN_TAG)/seed$$k"; \
 	    case $$run in \
 	      chnn|clnn) extra="system=chain_pendulum method=$$run train.epochs=$(CHAIN_EPOCHS) train.resume=auto";; \
 	      hnn) extra="system=chain_pendulum_angles model=hnn model.hidden=[256,256,256] integrator=rk4 gradient=backprop $(CHAIN_TRAIN)";; \
