@@ -253,3 +253,19 @@ def test_figures_of_a_diverging_rollout_are_drawn(tmp_path):
     draw(tmp_path, curves, pred, truth, cart, 1)
     for name in ("rollout_error", "constraints", "chain"):
         assert (tmp_path / f"{name}.png").stat().st_size > 0
+
+
+def test_relative_error_of_a_finite_state_too_large_for_its_norm():
+    """CLNN at N = 5 (300 epochs) rolled out to |x| ~ 1e296: its norm overflows; e is still ≈ 1."""
+    from hnnsym.evaluation.metrics import relative_error
+
+    true = torch.randn(3, 20, dtype=torch.float64)
+    pred = true.clone()
+    pred[0] = 1e296
+    pred[1] = true[1] * (1 + 1e-3)
+    e = relative_error(pred, true)
+    assert torch.isfinite(e).all()
+    assert abs(e[0] - 1) < 1e-12 and e[2] == 0
+    assert abs(e[1] - 1e-3 / (2 + 1e-3)) < 1e-15  # ‖1e-3 y‖ / ((2 + 1e-3)‖y‖), unchanged
+    tiny = relative_error(true[None, 0] * 1e-300, 2 * true[None, 0] * 1e-300)
+    assert abs(tiny - 1 / 3).item() < 1e-15
