@@ -138,10 +138,16 @@ table-ddlm-two-body: install
 	$(PY) -m hnnsym.evaluate -m experiment=ddlm_two_body method=$(DDLM_METHODS) noise=none seed=$(subst $(space),$(comma),$(DDLM_TB_SEEDS)) eval.figures=false || exit 1
 	$(PY) -m hnnsym.table_ddlm report.runs=outputs/ddlm
 
-# ---- Seed 004: chain pendulum, CHNN / CLNN vs HNN in angles vs NODE (noise-free, reduced budget) -
+# ---- Seed 004: chain pendulum, CHNN / CLNN vs HNN in angles vs NODE (reduced budget) ----------
 CHAIN_LINKS ?= 3
 CHAIN_SEEDS ?= 0
 CHAIN_EPOCHS ?= 300
+CHAIN_MODELS ?= chnn clnn hnn node
+CHAIN_NOISE ?= none
+# prefixes: data in $(CHAIN_DATA)<N>, runs in $(CHAIN_OUT)<N>/<model>[_<noise>]/seed<k>
+CHAIN_DATA ?= data/chain
+CHAIN_OUT ?= outputs/chain
+CHAIN_TAG = $(if $(filter none,$(CHAIN_NOISE)),,_$(CHAIN_NOISE))
 # the reference's optimizer and windows, no weight average (method=chnn / clnn set them; the
 # baselines take them here)
 CHAIN_TRAIN = train.epochs=$(CHAIN_EPOCHS) train.window=4 train.batch_size=200 train.lr=3e-3 \
@@ -149,21 +155,22 @@ CHAIN_TRAIN = train.epochs=$(CHAIN_EPOCHS) train.window=4 train.batch_size=200 t
   train.early_stop.patience=1000000 train.resume=auto train.ema=null
 
 chain-pendulum: install
-	@echo "chain-pendulum: CHNN / CLNN / HNN (angles) / NODE for N in $(CHAIN_LINKS), seeds $(CHAIN_SEEDS),"
+	@echo "chain-pendulum: $(CHAIN_MODELS) for N in $(CHAIN_LINKS), seeds $(CHAIN_SEEDS), noise $(CHAIN_NOISE),"
 	@echo "  $(CHAIN_EPOCHS) epochs (the reference: 2000). Measured, one seed, on the shared 2-core machine"
 	@echo "  (README): N = 3 at 300 epochs: data 7 min, CHNN 23 min, HNN 18 min, NODE 9 min;"
-	@echo "  N = 1, 2 at 100 epochs (CHAIN_LINKS=\"1 2\" CHAIN_EPOCHS=100): 1-2 min CPU per training"
+	@echo "  N = 1, 2, 4, 5 at 100 epochs (CHAIN_LINKS=\"1 2 4 5\" CHAIN_EPOCHS=100): 0.4-1.5 min CPU per training"
 	for N in $(CHAIN_LINKS); do for k in $(CHAIN_SEEDS); do \
 	  for s in chain_pendulum chain_pendulum_angles; do \
-	    test -f data/chain$$N/$$s/none/seed$$k.h5 || $(PY) -m hnnsym.generate system=$$s \
-	      system.params.links=$$N noise=none seed=$$k data_dir=data/chain$$N || exit 1; \
+	    test -f $(CHAIN_DATA)$$N/$$s/$(CHAIN_NOISE)/seed$$k.h5 || $(PY) -m hnnsym.generate system=$$s \
+	      system.params.links=$$N noise=$(CHAIN_NOISE) seed=$$k data_dir=$(CHAIN_DATA)$$N || exit 1; \
 	  done; \
-	  for run in chnn clnn hnn node; do \
-	    args="system.params.links=$$N noise=none seed=$$k data_dir=data/chain$$N run_dir=outputs/chain$$N/$$run/seed$$k"; \
+	  for run in $(CHAIN_MODELS); do \
+	    args="system.params.links=$$N noise=$(CHAIN_NOISE) seed=$$k data_dir=$(CHAIN_DATA)$$N run_dir=$(CHAIN_OUT)$$N/$${run}$(CHAIN_TAG)/seed$$k"; \
 	    case $$run in \
 	      chnn|clnn) extra="system=chain_pendulum method=$$run train.epochs=$(CHAIN_EPOCHS) train.resume=auto";; \
 	      hnn) extra="system=chain_pendulum_angles model=hnn model.hidden=[256,256,256] integrator=rk4 gradient=backprop $(CHAIN_TRAIN)";; \
 	      node) extra="system=chain_pendulum method=node model.hidden=[256,256,256] $(CHAIN_TRAIN)";; \
+	      *) echo "CHAIN_MODELS: $$run is not one of chnn clnn hnn node"; exit 1;; \
 	    esac; \
 	    $(PY) -m hnnsym.train $$extra $$args train.progress=false || exit 1; \
 	    $(PY) -m hnnsym.evaluate $$extra $$args || exit 1; \

@@ -228,3 +228,44 @@ def test_generate_train_evaluate_chnn(compose_config, tmp_path):
     other = [c.replace("links=2", "links=3") for c in run] + ["train.overwrite=true"]
     with pytest.raises(UserError, match="dim=4 states, not dim=6"):
         train(compose_config("train", other))
+
+
+def test_figures_of_a_diverging_rollout_are_drawn(tmp_path):
+    """A learned rollout that blows up (|Φ| ~ 1e279, then NaN: CLNN at N = 4 did) still gets its
+    three figures: |Φ| is drawn clipped, the chain framed by its reach."""
+    import pandas as pd
+
+    from hnnsym.evaluation.constrained import draw
+
+    cart = get_system("chain_pendulum", links=2)
+    T = 6
+    t = 0.03 * np.arange(T + 1)
+    curves = pd.DataFrame({
+        "t": t, "rel_err_mean": np.linspace(1e-6, 1, T + 1),
+        "rel_err_median": np.linspace(1e-6, 0.5, T + 1), "floor_rel_err_mean": 1e-5 + 0 * t,
+        # (unclipped, matplotlib's log ticks overflowed on this range, not on 1e250 or 1e300)
+        "constraint_phi_max": [1e-13, 1e-3, 1.0, 1e40, 1e259, 1e279, 0.0],
+    })  # fmt: skip
+    truth = torch.randn(T + 1, 3, 8, dtype=torch.float64)
+    pred = truth.clone()
+    pred[3:, 0] = 1e200
+    pred[5:, 0] = math.nan
+    draw(tmp_path, curves, pred, truth, cart, 1)
+    for name in ("rollout_error", "constraints", "chain"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 0
+
+
+def test_relative_error_of_a_finite_state_too_large_for_its_norm():
+    """CLNN at N = 5 (300 epochs) rolled out to |x| ~ 1e296: its norm overflows; e is still ≈ 1."""
+    from hnnsym.evaluation.metrics import relative_error
+
+    true = torch.randn(3, 20, dtype=torch.float64)
+    pred = true.clone()
+    pred[0] = 1e296
+    pred[1] = true[1] * (1 + 1e-3)
+    e = relative_error(pred, true)
+    assert torch.isfinite(e).all()
+    assert abs(e[0] - 1) < 1e-12 and e[2] == 0
+    assert abs(e[1] - 1e-3 / (2 + 1e-3)) < 1e-15  # ‖1e-3 y‖ / ((2 + 1e-3)‖y‖), unchanged
+    tiny = relative_error(true[None, 0] * 1e-300, 2 * true[None, 0] * 1e-300)
+    assert abs(tiny - 1 / 3).item() < 1e-15

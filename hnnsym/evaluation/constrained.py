@@ -47,6 +47,7 @@ from hnnsym.physics.systems import System, get_system
 
 SYSTEMS = ("chain_pendulum", "chain_pendulum_angles")
 FLOOR_EPS = 1e-4
+PHI_PLOT_MAX = 1e30  # constraints.png draws |Φ| up to this
 
 
 def is_constrained(system: System) -> bool:
@@ -196,10 +197,14 @@ def draw(out: Path, curves: pd.DataFrame, pred: Tensor, truth: Tensor, cart: Sys
     save_figure(fig, out / "rollout_error.png")
     fig = Figure(figsize=(6, 4), layout="constrained")
     ax = fig.subplots()
-    ax.plot(t, np.maximum(curves["constraint_phi_max"], 1e-18))
+    # a diverging rollout reaches |Φ| ~ 1e279 while finite, which matplotlib's log ticks cannot
+    # take: drawn clipped to [1e-18, PHI_PLOT_MAX] (the metrics keep the values)
+    phi = np.nan_to_num(curves["constraint_phi_max"].to_numpy(), nan=PHI_PLOT_MAX)
+    ax.plot(t, np.clip(phi, 1e-18, PHI_PLOT_MAX))
     ax.set_yscale("log")
     ax.set_xlabel("$t$")
-    ax.set_ylabel("max $|\\Phi(x)|$ of the learned rollout")
+    clipped = f" (clipped at {PHI_PLOT_MAX:g})" if (phi > PHI_PLOT_MAX).any() else ""
+    ax.set_ylabel(f"max $|\\Phi(x)|$ of the learned rollout{clipped}")
     save_figure(fig, out / "constraints.png")
     N = cart.dim // 2
     fig = Figure(figsize=(6, 4), layout="constrained")
@@ -209,6 +214,9 @@ def draw(out: Path, curves: pd.DataFrame, pred: Tensor, truth: Tensor, cart: Sys
                 label=f"body {i + 1} true")  # fmt: skip
         ax.plot(pred[:, 0, 2 * i].cpu(), pred[:, 0, 2 * i + 1].cpu(), color=f"C{i}", ls="--",
                 label=f"body {i + 1} learned")  # fmt: skip
+    reach = 1.1 * sum(cart.params["lengths"])  # the chain's reach; a diverging path leaves it
+    ax.set_xlim(-reach, reach)
+    ax.set_ylim(-reach, reach)
     ax.set_aspect("equal")
     ax.set_xlabel("$x$")
     ax.set_ylabel("$y$")

@@ -329,7 +329,11 @@ def fit_initial_states(
 
 def relative_error(pred: Tensor, true: Tensor) -> Tensor:
     """Bounded relative error of seed 004, ||ŷ - y|| / (||ŷ|| + ||y||) over the last axis, in [0, 1]
-    (0 where both are 0)."""
+    (0 where both are 0). Both are scaled by their largest |entry| first (e does not change), so a
+    finite state too large for its norm (a diverging rollout at 1e296) gives e ≈ 1, not NaN."""
+    scale = torch.maximum(pred.abs().amax(-1, keepdim=True), true.abs().amax(-1, keepdim=True))
+    scale = scale.clamp_min(torch.finfo(scale.dtype).tiny)
+    pred, true = pred / scale, true / scale
     num = (pred - true).norm(dim=-1)
     den = pred.norm(dim=-1) + true.norm(dim=-1)
     return torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), 0.0 * num)

@@ -46,6 +46,7 @@ from hnnsym.evaluation.positions import evaluate_positions, position_summary
 from hnnsym.evaluation.summary import number, summary_text
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.ode.integrators import integrator_from_config
+from hnnsym.physics.constrained import coordinates_problem
 from hnnsym.physics.dissipative import is_dissipative_model
 from hnnsym.physics.models import is_position_model
 from hnnsym.physics.systems import MEASURED, System, system_from_config
@@ -314,6 +315,8 @@ def evaluate(cfg: DictConfig) -> dict:
         raise UserError(
             f"checkpoint {ckpt_path}: dim {payload['dim']}, {system.name} has {system.dim}"
         )
+    if problem := coordinates_problem(system.name, model):  # seed 004's coordinates
+        raise UserError(f"checkpoint {ckpt_path}: {problem}")
 
     data_file = Path(cfg.data_file)
     splits = ("test", "train") if e.figures and e.plot_training_data else ("test",)

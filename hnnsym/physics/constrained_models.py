@@ -39,14 +39,13 @@ import torch
 from torch import Tensor, nn
 
 from hnnsym.physics.constrained import (
+    CARTESIAN_SYSTEMS,
     chain_constraints,
     chain_parameters,
     constrained_vector_field,
     multiplier_acceleration,
 )
 from hnnsym.physics.models import mlp, mlp_gradient
-
-CARTESIAN_SYSTEMS = ("chain_pendulum",)
 
 
 class _CartesianChain(nn.Module):
@@ -71,7 +70,7 @@ class _CartesianChain(nn.Module):
         if system not in CARTESIAN_SYSTEMS:
             raise ValueError(
                 f"{who} learns in Cartesian coordinates with constraints; system {system!r} is not "
-                f"one of {CARTESIAN_SYSTEMS} (for angle data use model=hnn)"
+                f"one of {sorted(CARTESIAN_SYSTEMS)} (for angle data use model=hnn)"
             )
         if graph != "chain":
             raise ValueError(f"graph must be 'chain', got {graph!r}")

@@ -19,6 +19,7 @@ from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
 from hnnsym.ode.gradients import gradient_from_config
 from hnnsym.ode.integrators import integrator_from_config
+from hnnsym.physics.constrained import coordinates_problem
 from hnnsym.physics.systems import MEASURED, system_from_config
 from hnnsym.training.checkpoints import load_checkpoint, provenance, resume_from
 from hnnsym.training.losses import LearnedStarts, LossContext, data_problem
@@ -143,6 +144,8 @@ def build_trainer(
     width = trajectories.shape[-1]  # states (2d) or positions only (d): what the loss must take
     observes = getattr(loss, "observes", "qp")
     if problem := data_problem(observes, width, dim, model, cfg.method.name, str(data_file)):
+        raise UserError(problem)
+    if problem := coordinates_problem(system["name"], model):  # seed 004's coordinates
         raise UserError(problem)
     optimizer = build_optimizer(t, model)
     scheduler = build_scheduler(t, optimizer)
