@@ -6,7 +6,9 @@ Every integrator follows the ``Integrator`` protocol: a name, an order, whether 
 and two capabilities that gradient methods ask for (``has_stages``: Runge–Kutta stage equations
 that the stepwise adjoints can recompute and differentiate; ``reversible``: a step that -h undoes
 bit for bit); a one-step map ``step_of`` (checkpoint needs it) and an exact one-step adjoint
-``step_vjp`` (symplectic_adjoint uses it when there are no stages) are optional. Integrators never
+``step_vjp`` (symplectic_adjoint uses it when there are no stages) are optional, and so is
+``steps(problem, y, start, end, previous)``: a run of steps that returns what its next step reuses
+(the stage predictor's history; ``advance`` below continues runs with it). Integrators never
 name gradient methods; a gradient method checks the capabilities it needs
 (``hnnsym.ode.gradients``). Solver options (tol, max_iter, predictor, on_fail; omega; frac_bits,
 rounding; manifold_tol, implicit_gradient) belong to the integrator object, built by name with
