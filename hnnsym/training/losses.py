@@ -46,7 +46,7 @@ model V_θ with mass matrix M; ``hnnsym.ode.lagrangian``):
     prediction of q_{t+1} from (q_{t−1}, q_t): leapfrog, symplectic Euler or Euler.
 These two are means (the paper's MSE), the losses above sums over time and coordinates. Their
 ``units`` (``UNITS``) scale the residual r by a power of Δt only: "position" (q̂_{t+1} − q_{t+1})
-or "acceleration" (that divided by Δt², for leapfrog and M = I Eq. 13's residual); Eq12Loss is in
+or "acceleration" (that divided by Δt²: for leapfrog, M⁻¹ times Eq. 13's residual); Eq12Loss is in
 acceleration, PositionStepLoss in position units by default. The same minimiser and gradient
 direction either way, but Adam's ε is not scale-free: a position-unit residual is Δt² times
 smaller, so the second-moment root √v̂ can fall below ε (README, "The 2-body column").
