@@ -119,7 +119,7 @@ table-ddlm: install
 	$(PY) -m hnnsym.table_ddlm report.runs=outputs/ddlm
 
 # The 2-body column at the paper's budget (experiment=ddlm_two_body: 100,000 Adam steps per run).
-# Measured per run (README "The 2-body column"): 6-7 min CPU (leapfrog) and 11-13 min CPU
+# Measured per run (README "The 2-body column"): 6-9 min CPU (leapfrog) and 11-14 min CPU
 # (proposed) of training, data 25 s CPU per seed; the leapfrog+proposed run trains the leapfrog's
 # bits again so that the table finds it: about 1.2 h CPU for seeds 0-2. DDLM_TB_NOISES="none low"
 # adds the noise column the paper did not report. Joins results/table_ddlm.
