@@ -44,7 +44,12 @@ model V_θ with mass matrix M; ``hnnsym.ode.lagrangian``):
     (no solve; ∇̄ the model's discrete gradient, evaluated once per consecutive pair).
 ``PositionStepLoss`` (the baselines): the mean squared error of the explicit recurrence's
     prediction of q_{t+1} from (q_{t−1}, q_t): leapfrog, symplectic Euler or Euler.
-These two are means (the paper's MSE), the losses above sums over time and coordinates.
+These two are means (the paper's MSE), the losses above sums over time and coordinates. Their
+``units`` (``UNITS``) scale the residual r by a power of Δt only: "position" (q̂_{t+1} − q_{t+1})
+or "acceleration" (that divided by Δt²: for leapfrog, M⁻¹ times Eq. 13's residual); Eq12Loss is in
+acceleration, PositionStepLoss in position units by default. The same minimiser and gradient
+direction either way, but Adam's ε is not scale-free: a position-unit residual is Δt² times
+smaller, so the second-moment root √v̂ can fall below ε (README, "The 2-body column").
 A loss says what it learns from (``observes``: "qp" states, "q" positions); ``data_problem``
 checks the data and the model against it.
 """
@@ -70,6 +75,7 @@ from hnnsym.ode.solve import solve, solve_loss
 from hnnsym.physics.constrained import onto_manifold
 
 INITS = ("observed", "smoothed", "learned")
+UNITS = ("position", "acceleration")  # of the position-only losses' residuals (module doc)
 
 
 @dataclass
@@ -325,8 +331,12 @@ class Eq12Loss(Loss):
     (τ+1, B, d), τ >= 2, for a ``Potential`` model (V_θ, its mass matrix and discrete gradient)."""
 
     obs_dt: float
+    units: str = "acceleration"  # or "position": the residual times Δt² (module doc)
     min_window = 2
     observes = "q"
+
+    def __post_init__(self):
+        _check_units(self.units)
 
     def evaluate(self, model: nn.Module, windows: Tensor) -> LossValue:
         if windows.shape[0] < 3:
@@ -337,6 +347,8 @@ class Eq12Loss(Loss):
         dg = dg.reshape(steps, B, d)  # ∇̄V(q_{t+1}, q_t), t = 0..τ-1
         second = windows[2:] - 2 * windows[1:-1] + windows[:-2]
         residual = second @ model.mass_matrix().T / self.obs_dt**2 + 0.5 * (dg[1:] + dg[:-1])
+        if self.units == "position":
+            residual = residual * self.obs_dt**2
         return LossValue((residual**2).mean())
 
 
@@ -348,12 +360,14 @@ class PositionStepLoss(Loss):
 
     obs_dt: float
     scheme: str = "leapfrog"
+    units: str = "position"  # or "acceleration": the residual divided by Δt² (module doc)
     min_window = 2
     observes = "q"
 
     def __post_init__(self):
         if self.scheme not in EXPLICIT:
             raise ValueError(f"scheme must be one of {EXPLICIT}, got {self.scheme!r}")
+        _check_units(self.units)
 
     def evaluate(self, model: nn.Module, windows: Tensor) -> LossValue:
         if windows.shape[0] < 3:
@@ -361,7 +375,15 @@ class PositionStepLoss(Loss):
         d = windows.shape[-1]
         q_prev, q = windows[:-2].reshape(-1, d), windows[1:-1].reshape(-1, d)
         pred = explicit_step(self.scheme, model, model.mass_matrix(), q_prev, q, self.obs_dt)
-        return LossValue(((pred - windows[2:].reshape(-1, d)) ** 2).mean())
+        residual = pred - windows[2:].reshape(-1, d)
+        if self.units == "acceleration":
+            residual = residual / self.obs_dt**2
+        return LossValue((residual**2).mean())
+
+
+def _check_units(units: str) -> None:
+    if units not in UNITS:
+        raise ValueError(f"units must be one of {UNITS}, got {units!r}")
 
 
 def data_problem(
