@@ -83,3 +83,11 @@ class Problem:
     def trajectory(self, y0: Tensor) -> Tensor:
         """All states (steps+1, B, 2d), with a graph if grad mode is on."""
         return self.integrator.trajectory(self, y0)
+
+    def step_by_step(self, y: Tensor, start: int, end: int) -> list[Tensor]:
+        """[y_{start+1}, …, y_end] from y = y_start, each step by the integrator's ``step_of``
+        from its state alone (no history carried between steps)."""
+        out: list[Tensor] = []
+        for n in range(start, end):
+            out.append(self.integrator.step_of(self, out[-1] if out else y, n))
+        return out

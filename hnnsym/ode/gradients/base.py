@@ -126,6 +126,13 @@ def accumulate(total: list[Tensor | None], grads) -> None:
             total[i] = g if total[i] is None else total[i] + g
 
 
+def _blocks(steps: int, stride: int) -> list[tuple[int, int]]:
+    """The blocks [a, b) of ``stride`` steps that the stepwise functions step and recompute as
+    units (one block of all steps for stride 1; none for no steps)."""
+    size = stride if stride > 1 else max(steps, 1)
+    return [(a, min(a + size, steps)) for a in range(0, steps, size)]
+
+
 def _forward(
     method: StepwiseAdjoint, problem: Problem, y0: Tensor, stride: int
 ) -> Iterator[tuple[int, list[Tensor], Previous]]:
@@ -133,10 +140,9 @@ def _forward(
     y_b], the predictor history at y_a) for the blocks [a, b) of ``stride`` steps (one block of
     all steps for stride 1). The backward recomputes a block from y_a and that history, so it
     repeats the forward's bits."""
-    N, y, previous = problem.steps, y0.detach(), ()
+    y, previous = y0.detach(), ()
     with torch.no_grad():
-        for a in range(0, max(N, 1), stride if stride > 1 else max(N, 1)):
-            b = min(a + (stride if stride > 1 else N), N)
+        for a, b in _blocks(problem.steps, stride) or [(0, 0)]:
             states, after = method.advance(problem, y, a, b, previous)
             yield a, [y, *states], previous
             y, previous = (states[-1] if states else y), after
@@ -171,10 +177,8 @@ def _sweep(
     block (states recomputed from the kept ones and their predictor histories when stride > 1),
     with ``jumps_of(states, start, end)`` the loss's ∂L/∂y_n for n = start..end−1 of a block.
     Returns (dL/dy_0, dL/dθ)."""
-    N = problem.steps
     grad_params: list[Tensor | None] = [None] * len(params)
-    blocks = [(0, N)] if stride == 1 else [(a, min(a + stride, N)) for a in range(0, N, stride)]
-    for start, end in reversed(blocks):
+    for start, end in reversed(_blocks(problem.steps, stride)):
         if stride == 1:
             states = kept
         else:

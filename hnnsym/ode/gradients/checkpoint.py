@@ -25,10 +25,7 @@ class Checkpoint(StepwiseAdjoint):
     ) -> tuple[list[Tensor], Previous]:
         """Each step from its state alone (``step_of``, no predictor history): the backward
         recomputes each step that way, with its graph, and must repeat the forward's bits."""
-        out: list[Tensor] = []
-        for n in range(start, end):
-            out.append(problem.integrator.step_of(problem, out[-1] if out else y, n))
-        return out, ()
+        return problem.step_by_step(y, start, end), ()
 
     def step_vjp(
         self, problem: Problem, y: Tensor, y_next: Tensor, lam: Tensor, params: list[Tensor], n: int

@@ -107,10 +107,7 @@ def advance(
     steps = getattr(problem.integrator, "steps", None)
     if callable(steps):
         return steps(problem, y, start, end, previous)
-    out: list[Tensor] = []
-    for n in range(start, end):
-        out.append(problem.integrator.step_of(problem, out[-1] if out else y, n))
-    return out, ()
+    return problem.step_by_step(y, start, end), ()
 
 
 def integrator_from_config(node: Mapping[str, Any]) -> Integrator:

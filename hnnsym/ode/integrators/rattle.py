@@ -340,11 +340,9 @@ class Rattle:
         """[y_{start+1}, …, y_end] from y = y_start, and what the next step reuses: without a
         graph, in the multiplier form, ∇V(q_{n+1}) of step n is ∇V(q_n) of step n+1, carried in
         ``previous`` (so a run continued from it repeats the bits of one call)."""
-        out: list[Tensor] = []
         if torch.is_grad_enabled() or not self.multipliers(problem.H):
-            for n in range(start, end):
-                out.append(self.step_of(problem, out[-1] if out else y, n))
-            return out, ()
+            return problem.step_by_step(y, start, end), ()
+        out: list[Tensor] = []
         force = previous[0] if previous else None
         for n in range(start, end):
             X, force = self.solve_multipliers(problem, out[-1] if out else y, n, force=force)
