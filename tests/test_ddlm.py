@@ -27,6 +27,7 @@ from hnnsym.ode.discrete_gradients import avf, gonzalez, gradient
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.lagrangian import (
     eq11_momentum,
+    eq12_harmonic_stiffness,
     eq12_residual,
     explicit_step,
     model_energy,
@@ -178,6 +179,38 @@ def test_energy_is_conserved_to_1e10_over_1e4_steps():
     q_lf = torch.stack(q_lf)
     e_lf = model_energy(V, M, q_lf, velocities("leapfrog", q_lf, h))
     assert float(torch.nanmean((e_lf[1:-1] - e_lf[1:-1].mean(0)) ** 2)) > 1e-4
+
+
+class _Harmonic(torch.nn.Module):
+    """V(q) = ½ k q²."""
+
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+
+    def forward(self, q):
+        return 0.5 * self.k * (q**2).sum(-1)
+
+    def energy_gradient(self, q):
+        return self.k * q
+
+
+def test_eq12_with_the_modified_stiffness_reproduces_the_harmonic_oscillator_exactly():
+    """Eq. 12 with V = ½k*q², k* = (2/Δt)²tan²(ωΔt/2), predicts q = r cos(ωt + φ) to rounding
+    (the mass–spring energy floor of make table-ddlm rests on it); the true k = ω² drifts in
+    phase at O((ωΔt)²) per unit time."""
+    omega, h, steps = 2.0, 0.2, 100
+    t = h * torch.arange(steps + 1, dtype=F64)[:, None]
+    r, phi = torch.tensor([0.1, 0.5, 1.0], dtype=F64), torch.tensor([0.0, 1.0, 4.0], dtype=F64)
+    q = (r * torch.cos(omega * t + phi))[..., None]  # (T+1, B, 1)
+    k_star = eq12_harmonic_stiffness(omega, h)
+    assert k_star == pytest.approx(omega**2 * (1 + (omega * h) ** 2 / 6), rel=(omega * h) ** 4)
+    exact = rollout_positions(_PositionModel(_Harmonic(k_star)), q[0], q[1], h, steps).positions
+    assert float((exact - q).abs().max()) < 1e-12
+    true_k = rollout_positions(_PositionModel(_Harmonic(omega**2)), q[0], q[1], h, steps).positions
+    assert float((true_k - q).abs().max()) > 0.1 * float(r.max())
+    with pytest.raises(ValueError, match="omega\\*dt < pi"):
+        eq12_harmonic_stiffness(omega, 2.0)
 
 
 class _PositionModel(torch.nn.Module):

@@ -239,6 +239,16 @@ def velocities(
     return out
 
 
+def eq12_harmonic_stiffness(omega: float, dt: float) -> float:
+    """The stiffness k* whose Eq. 12 (Gonzalez ∇̄V) with V = ½ k*|q|² and M = I reproduces the
+    harmonic oscillator q̈ = −ω²q exactly at step Δt: for a quadratic V, ∇̄V(u, v) = k(u + v)/2,
+    and Eq. 12's characteristic roots e^{±iφ} satisfy tan²(φ/2) = kΔt²/4, so φ = ωΔt needs
+    k* = (2/Δt)² tan²(ωΔt/2) = ω²(1 + (ωΔt)²/6 + …). The best any learned V can do on such data."""
+    if not (omega > 0 and dt > 0 and omega * dt < math.pi):
+        raise ValueError(f"need omega > 0, dt > 0 and omega*dt < pi, got {omega}, {dt}")
+    return (2.0 / dt) ** 2 * math.tan(0.5 * omega * dt) ** 2
+
+
 def kinetic_energy(v: Tensor, mass: Tensor) -> Tensor:
     """½ vᵀ M v for velocities (..., d) -> (...)."""
     return 0.5 * (v * _times_mass(v, mass)).sum(-1)
@@ -259,6 +269,7 @@ __all__ = [
     "NewtonResult",
     "check_scheme",
     "eq11_momentum",
+    "eq12_harmonic_stiffness",
     "eq12_residual",
     "explicit_step",
     "kinetic_energy",
