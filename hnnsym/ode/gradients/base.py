@@ -15,9 +15,10 @@ from hnnsym.ode.running import RunningLoss
 
 # What an integrator capability means, for the message when a gradient method needs it.
 CAPABILITIES = {
-    "has_stages": "Runge–Kutta stage equations (integrator=tao, reversible_leapfrog and rattle have "
-    "none: use gradient=backprop, or gradient=reversible with reversible_leapfrog, or "
-    "checkpoint or symplectic_adjoint with rattle)",
+    "has_stages": "Runge–Kutta stage equations (integrator=tao, reversible_leapfrog, rattle and "
+    "discrete_gradient have none: use gradient=backprop, or gradient=reversible with "
+    "reversible_leapfrog, or checkpoint with rattle or discrete_gradient, or symplectic_adjoint "
+    "with rattle)",
     "step_of": "a one-step map step_of (integrator=tao and reversible_leapfrog step whole "
     "trajectories: use gradient=backprop, or gradient=reversible with reversible_leapfrog)",
     "reversible": "a bitwise-reversible step: integrator=reversible_leapfrog",

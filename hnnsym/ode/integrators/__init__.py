@@ -1,6 +1,7 @@
-"""Integrators: how one rollout is stepped. Tableaux (data) over one stage solver, plus three that
-are not tableaux: Tao's explicit splitting, the bitwise-reversible fixed-point leapfrog, and RATTLE
-for holonomically constrained H (Newton-solved, with an exact per-step adjoint).
+"""Integrators: how one rollout is stepped. Tableaux (data) over one stage solver, plus four that
+are not tableaux: Tao's explicit splitting, the bitwise-reversible fixed-point leapfrog, RATTLE
+for holonomically constrained H (Newton-solved, with an exact per-step adjoint), and the
+energy-conserving discrete-gradient integrator.
 
 Every integrator follows the ``Integrator`` protocol: a name, an order, whether it is symplectic,
 and two capabilities that gradient methods ask for (``has_stages``: Runge–Kutta stage equations
@@ -11,7 +12,7 @@ bit for bit); a one-step map ``step_of`` (checkpoint needs it) and an exact one-
 (the stage predictor's history; ``advance`` below continues runs with it). Integrators never
 name gradient methods; a gradient method checks the capabilities it needs
 (``hnnsym.ode.gradients``). Solver options (tol, max_iter, predictor, on_fail; omega; frac_bits,
-rounding; manifold_tol, implicit_gradient) belong to the integrator object, built by name with
+rounding; manifold_tol, implicit_gradient; kind, nodes) belong to the integrator object, built by name with
 ``get_integrator``.
 """
 
@@ -22,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
 
+from hnnsym.ode.integrators.discrete_gradient import DiscreteGradientIntegrator
 from hnnsym.ode.integrators.rattle import Rattle
 from hnnsym.ode.integrators.reversible import ReversibleLeapfrog, Separable, as_separable
 from hnnsym.ode.integrators.stage_solver import DEFAULT_TOL, FixedPoint, RungeKutta
@@ -52,6 +54,11 @@ class Integrator(Protocol):
         """The same integrator, raising ConvergenceError on non-convergence whatever on_fail."""
 
 
+def _discrete_gradient(kind: str = "gonzalez", nodes: int = 4, tol: float | None = None,
+                       max_iter: int = 50, on_fail: str = "raise") -> DiscreteGradientIntegrator:  # fmt: skip
+    return DiscreteGradientIntegrator(FixedPoint(tol, max_iter, on_fail), kind, nodes)
+
+
 def _runge_kutta(tableau: Tableau) -> Callable[..., RungeKutta]:
     def build(tol: float | None = None, max_iter: int = 50, predictor: str = "extrapolate",
               on_fail: str = "raise") -> RungeKutta:  # fmt: skip
@@ -66,6 +73,10 @@ INTEGRATORS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     **{name: (_runge_kutta(t), _STAGE_OPTIONS) for name, t in TABLEAUX.items()},
     TaoSplitting.name: (TaoSplitting, ("omega",)),
     ReversibleLeapfrog.name: (ReversibleLeapfrog, ("frac_bits", "rounding")),
+    DiscreteGradientIntegrator.name: (
+        _discrete_gradient,
+        ("kind", "nodes", "tol", "max_iter", "on_fail"),
+    ),
     Rattle.name: (
         Rattle,
         ("tol", "max_iter", "on_fail", "manifold_tol", "implicit_gradient", "formulation"),
@@ -122,6 +133,7 @@ def integrator_from_config(node: Mapping[str, Any]) -> Integrator:
 
 __all__ = [
     "DEFAULT_TOL",
+    "DiscreteGradientIntegrator",
     "INTEGRATORS",
     "Previous",
     "TABLEAUX",
