@@ -66,6 +66,9 @@ T1_AXES = system=$(subst $(space),$(comma),$(T1_SYSTEMS)) seed=$(subst $(space),
 T1_METHODS := table1,table1_long,table1_smoothed,table1_ema,table1_shnn,table1_nssnn,table1_hnn_derivative,table1_node
 NOISE_METHODS := table1,table1_smoothed,table1_ema,table1_shnn,table1_nssnn
 NOISES := none low medium high
+# The runs of a table go to one worker process per core (hydra/launcher=parallel, joblib; every
+# run one torch thread, the same bits as one by one). T1_LAUNCHER= runs them one by one.
+T1_LAUNCHER ?= hydra/launcher=parallel
 
 define generate_missing
 	for s in $(T1_SYSTEMS); do for n in $(1); do for k in $(T1_SEEDS); do \
@@ -78,10 +81,11 @@ table1: install
 	@echo "  4x its epochs for the table1_long row). Measured on this 2-core machine from a clean clone"
 	@echo "  with the first 7 methods: about 55 min (33 min for install + 9 data files + the 54"
 	@echo "  paper-budget runs, 21 min for the 9 long runs); table1_ema adds 9 paper-budget runs."
-	@echo "  Finished runs are kept, so a re-run only redoes evaluation."
+	@echo "  Finished runs are kept, so a re-run only redoes evaluation. (Those times are one run at a"
+	@echo "  time, before issue 16; the runs now go to one worker per core: T1_LAUNCHER.)"
 	$(call generate_missing,low)
-	$(PY) -m hnnsym.train -m experiment=$(T1_METHODS) $(T1_AXES) train.resume=auto
-	$(PY) -m hnnsym.evaluate -m experiment=$(T1_METHODS) $(T1_AXES) eval.figures=false
+	$(PY) -m hnnsym.train -m experiment=$(T1_METHODS) $(T1_AXES) train.resume=auto $(T1_LAUNCHER)
+	$(PY) -m hnnsym.evaluate -m experiment=$(T1_METHODS) $(T1_AXES) eval.figures=false $(T1_LAUNCHER)
 	$(PY) -m hnnsym.table1 report.runs=outputs/table1
 
 figures: install
@@ -98,8 +102,8 @@ noise-sweep: install
 	@echo "  this 2-core machine: about 1 h after make table1 (27 more data files 18 min, 108 more"
 	@echo "  runs 30 min, evaluation 8 min); the noise=low runs are table1's"
 	$(call generate_missing,$(NOISES))
-	$(PY) -m hnnsym.train -m experiment=$(NOISE_METHODS) noise=$(subst $(space),$(comma),$(NOISES)) $(T1_AXES) train.resume=auto
-	$(PY) -m hnnsym.evaluate -m experiment=$(NOISE_METHODS) noise=$(subst $(space),$(comma),$(NOISES)) $(T1_AXES) eval.figures=false
+	$(PY) -m hnnsym.train -m experiment=$(NOISE_METHODS) noise=$(subst $(space),$(comma),$(NOISES)) $(T1_AXES) train.resume=auto $(T1_LAUNCHER)
+	$(PY) -m hnnsym.evaluate -m experiment=$(NOISE_METHODS) noise=$(subst $(space),$(comma),$(NOISES)) $(T1_AXES) eval.figures=false $(T1_LAUNCHER)
 	$(PY) -m hnnsym.table1 report.runs=outputs/table1
 
 # ---- Tables 2-3 of seed 002 (DDLM: learning from positions only) -------------------------------

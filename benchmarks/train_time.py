@@ -9,9 +9,13 @@ experiment=<the paper-budget methods> system=<the three systems> seed=0`` on the
 tree, ``--runs`` times alternately. Measured: each process's CPU time (user + sys, ``getrusage`` of
 the child) and wall time, and per run the training loop's wall time (the sum of metrics.csv's
 ``epoch_time``) and best validation loss (the same numbers to the printed digits is part of the
-target). Writes ``train_time.csv`` (one row per run) and ``train_time.md`` (per process, per
-method and per system, with the ratios before / this) into ``--out``. Methods the earlier commit
-does not have are left out. On a shared machine compare CPU times.
+target). Writes ``train_time.csv`` (one row per run), ``train_time_processes.csv`` and
+``train_time.md`` (per process, per method and per system, with the ratios before / this) into
+``--out``. The earlier commit's make table1 ran the runs one by one (Hydra's basic launcher); this
+tree's runs them in one worker process per core (``--launcher parallel``, as make table1 now
+does; ``basic`` to compare one by one), so its wall time is the one to compare, and the training
+loops' seconds are per run as before. Methods the earlier commit does not have are left out. On a
+shared machine compare CPU times.
 """
 
 from __future__ import annotations
@@ -41,12 +45,16 @@ def _child_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _sweep(tree: Path, methods: list[str], systems: list[str], data_dir: Path, out: Path) -> dict:
-    """One multirun process in ``tree``; its CPU and wall seconds."""
+def _sweep(
+    tree: Path, methods: list[str], systems: list[str], data_dir: Path, out: Path, launcher: str
+) -> dict:
+    """One multirun process in ``tree`` with Hydra's ``launcher``; its CPU and wall seconds (CPU:
+    the process and the worker processes it waited for)."""
     cmd = [sys.executable, "-m", "hnnsym.train", "-m", f"experiment={','.join(methods)}",
            f"system={','.join(systems)}", "seed=0", "noise=low", f"data_dir={data_dir}",
            f"run_dir={out}/${{hydra:runtime.choices.experiment}}/${{system.name}}",
-           "train.progress=false", "train.resume=false", f"hydra.sweep.dir={out}-hydra"]  # fmt: skip
+           "train.progress=false", "train.resume=false", f"hydra.sweep.dir={out}-hydra",
+           f"hydra/launcher={launcher}"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cpu, wall = _child_cpu(), time.perf_counter()
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
@@ -62,6 +70,9 @@ def main() -> None:
     parser.add_argument("--experiments", nargs="+", default=list(METHODS))
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS))
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--launcher", default="parallel", choices=("parallel", "basic"),
+                        help="this tree's Hydra launcher, as make table1 runs it (the earlier "
+                        "commit's make table1 ran its runs one by one: basic)")  # fmt: skip
     parser.add_argument("--data-dir", type=Path, default=ROOT / "data")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "train_time")
     args = parser.parse_args()
@@ -79,10 +90,11 @@ def main() -> None:
             methods = [m for m in args.experiments
                        if (before / "conf" / "experiment" / f"{m}.yaml").exists()]  # fmt: skip
             for run in range(1, args.runs + 1):
-                for side, tree in (("before", before), ("this", ROOT)):
+                for side, tree, launcher in (("before", before, "basic"),
+                                             ("this", ROOT, args.launcher)):  # fmt: skip
                     out = Path(tmp) / f"{side}{run}"
-                    processes.append({"side": side, "run": run,
-                                      **_sweep(tree, methods, args.systems, data_dir, out)})  # fmt: skip
+                    timing = _sweep(tree, methods, args.systems, data_dir, out, launcher)
+                    processes.append({"side": side, "run": run, "launcher": launcher, **timing})
                     print(processes[-1], flush=True)
                     for metrics in sorted(out.glob("*/*/metrics.csv")):
                         m = pd.read_csv(metrics)
@@ -95,6 +107,7 @@ def main() -> None:
     runs, procs = pd.DataFrame(rows), pd.DataFrame(processes)
     args.out.mkdir(parents=True, exist_ok=True)
     write_text(args.out / "train_time.csv", runs.to_csv(index=False))
+    write_text(args.out / "train_time_processes.csv", procs.to_csv(index=False))
 
     def ratios(table: pd.DataFrame) -> pd.DataFrame:
         table = table.unstack("side")
@@ -102,13 +115,14 @@ def main() -> None:
             table[(col, "before / this")] = table[(col, "before")] / table[(col, "this")]
         return table.sort_index(axis=1)
 
-    whole = procs.groupby("side")[["cpu_s", "wall_s"]].median().T
+    whole = procs.groupby("side")[["cpu_s", "wall_s"]].median().T  # the launchers: in the CSV
     whole["before / this"] = whole["before"] / whole["this"]
     loops = runs.groupby(["side", "run"])["loop_s"].sum().groupby("side").median()
     parts = [
         f"# Training time of make table1's paper-budget runs: {args.before} (before) vs this tree",
         f"Methods: {', '.join(methods)}; systems: {', '.join(args.systems)}; seed 0, noise 0.01; "
-        f"medians of {args.runs} multirun process(es) per side.",
+        f"medians of {args.runs} multirun process(es) per side; launcher: before basic (one by "
+        f"one), this {args.launcher}.",
         "## Whole multirun process (CPU and wall seconds)",
         whole.to_markdown(floatfmt=".4g"),
         f"Training loops summed over the runs: before {loops['before']:.4g} s, this "
