@@ -173,6 +173,7 @@ chain-pendulum: install
 	@echo "  $(CHAIN_EPOCHS) epochs (the reference: 2000). Measured, one seed, on the shared 2-core machine"
 	@echo "  (README): N = 3 at 300 epochs: data 7 min, CHNN 23 min, HNN 18 min, NODE 9 min;"
 	@echo "  N = 1, 2, 4, 5 at 100 epochs (CHAIN_LINKS=\"1 2 4 5\" CHAIN_EPOCHS=100): 0.4-1.5 min CPU per training"
+	@echo "  N = 2 at 2000 epochs: CHNN 23 min CPU, chnn_rattle 31 min"
 	for N in $(CHAIN_LINKS); do for k in $(CHAIN_SEEDS); do \
 	  for s in chain_pendulum chain_pendulum_angles; do \
 	    test -f $(CHAIN_DATA)$$N/$$s/$(CHAIN_NOISE)/seed$$k.h5 || $(PY) -m hnnsym.generate system=$$s \
