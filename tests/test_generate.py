@@ -251,9 +251,12 @@ def test_ctrl_c_while_generating_leaves_nothing_behind(tmp_path):
     env.pop("HYDRA_FULL_ERROR", None)
     overrides = ["system=henon_heiles", f"data_dir={tmp_path}", "generate.n_train=256",
                  "generate.n_val=400000", "generate.chunk=1024"]  # fmt: skip
+    # Ctrl-C's SIGINT as a terminal delivers it: a suite started in the background (nohup, `&`
+    # without job control) ignores SIGINT, and Python keeps an inherited SIG_IGN
     proc = subprocess.Popen(
         [sys.executable, "-m", "hnnsym.generate", *overrides, f"hydra.run.dir={tmp_path}/hydra"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     log = tmp_path / "hydra" / "generate.log"
     deadline = time.monotonic() + 120
