@@ -12,8 +12,8 @@ bit for bit); a one-step map ``step_of`` (checkpoint needs it) and an exact one-
 (the stage predictor's history; ``advance`` below continues runs with it). Integrators never
 name gradient methods; a gradient method checks the capabilities it needs
 (``hnnsym.ode.gradients``). Solver options (tol, max_iter, predictor, on_fail; omega; frac_bits,
-rounding; manifold_tol, implicit_gradient; kind, nodes) belong to the integrator object, built by name with
-``get_integrator``.
+rounding; manifold_tol, implicit_gradient; kind, nodes) belong to the integrator object, built by
+name with ``get_integrator``.
 """
 
 from __future__ import annotations

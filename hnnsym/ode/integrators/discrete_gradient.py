@@ -10,7 +10,8 @@ symplectic in general (implicit midpoint is symplectic and conserves H only to O
 
 Solved by fixed-point iteration on y_{n+1} (the project's ``FixedPoint``: tol, max_iter, on_fail),
 started from the explicit midpoint predictor y + h f(y + h f(y)/2). No Runge–Kutta stages: rollouts
-(``evaluate``) and ``gradient=backprop`` (autograd through the iterations) only.
+(``evaluate``), and training with ``gradient=backprop`` or ``checkpoint`` (autograd through the
+iterations); the adjoint methods refuse it.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class DiscreteGradientIntegrator:
     name = "discrete_gradient"
     order = 2
     symplectic = False  # energy-preserving instead
-    has_stages = False  # gradient=backprop only
+    has_stages = False  # backprop or checkpoint (step_of), no adjoint
     reversible = False
 
     def __post_init__(self):
