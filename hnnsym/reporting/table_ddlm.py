@@ -108,7 +108,8 @@ def markdown(table: pd.DataFrame, digits: int, notes: Sequence[str] = ()) -> str
     return (
         "# Tables 2 and 3 of seed 002 (DDLM) reproduced\n\n"
         "Positions predicted from the first two of each test trajectory (25 trajectories of 101 "
-        "points at Δt = 0.2; 2-body: 25 orbits of 501 points at Δt = 0.05). Position MSE: mean over the predicted steps and coordinates; energy "
+        "points at Δt = 0.2; 2-body: 25 orbits of 501 points at Δt = 0.05). Position MSE: mean "
+        "over the predicted steps and coordinates; energy "
         "MSE: the true H at the predicted positions with each method's own momentum, against the "
         "true energy; modelled-energy variance: of ½vᵀMv + V_θ(q) along each prediction (Table 3); "
         "V error: mean |V − V_θ − c| on a q grid over the test positions. Ours: mean ± sample std "

@@ -54,8 +54,13 @@ class Integrator(Protocol):
         """The same integrator, raising ConvergenceError on non-convergence whatever on_fail."""
 
 
-def _discrete_gradient(kind: str = "gonzalez", nodes: int = 4, tol: float | None = None,
-                       max_iter: int = 50, on_fail: str = "raise") -> DiscreteGradientIntegrator:  # fmt: skip
+def _discrete_gradient(
+    kind: str = "gonzalez",
+    nodes: int = 4,
+    tol: float | None = None,
+    max_iter: int = 50,
+    on_fail: str = "raise",
+) -> DiscreteGradientIntegrator:
     return DiscreteGradientIntegrator(FixedPoint(tol, max_iter, on_fail), kind, nodes)
 
 
