@@ -84,7 +84,15 @@ INTEGRATORS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     ),
     Rattle.name: (
         Rattle,
-        ("tol", "max_iter", "on_fail", "manifold_tol", "implicit_gradient", "formulation"),
+        (
+            "tol",
+            "max_iter",
+            "on_fail",
+            "manifold_tol",
+            "implicit_gradient",
+            "formulation",
+            "composition",
+        ),
     ),
 }
 
