@@ -160,8 +160,9 @@ CHAIN_MODELS ?= chnn clnn hnn node
 # and chnn_rattle4: by RATTLE composed to order 4 (integrator.composition=suzuki, five substeps) at
 # h = dt; Newton tol 1e-5 in float32 training, the default 1e-12 in the float64 evaluation)
 CHAIN_NOISE ?= none
-# observation steps of the test trajectories: 100 (3 s); the reference rolls out 1000 (30 s), with
-# another CHAIN_DATA (an existing data file is kept as it is)
+# observation steps of the test trajectories: 100 (3 s, the reference's horizon); more (1000: 30 s)
+# needs another CHAIN_DATA (an existing data file is kept as it is), and each run is then also
+# evaluated over its first 3 s, into <run>/eval_3s
 CHAIN_TEST_STEPS ?= 100
 # prefixes: data in $(CHAIN_DATA)<N>, runs in $(CHAIN_OUT)<N>/<model>[_<noise>]/seed<k>
 CHAIN_DATA ?= data/chain
@@ -199,6 +200,8 @@ chain-pendulum: install
 	    esac; \
 	    $(PY) -m hnnsym.train $$extra $$tol $$args train.progress=false || exit 1; \
 	    $(PY) -m hnnsym.evaluate $$extra $$args || exit 1; \
+	    if [ $(CHAIN_TEST_STEPS) -gt 100 ]; then $(PY) -m hnnsym.evaluate $$extra $$args \
+	      eval.rollout_steps=100 eval.out_dir=$(CHAIN_OUT)$$N/$${run}$(CHAIN_TAG)/seed$$k/eval_3s || exit 1; fi; \
 	  done; \
 	done; done
 
