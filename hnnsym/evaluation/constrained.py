@@ -1,5 +1,5 @@
 """Evaluating a model of a constrained system (seed 004: the chain pendulum, in Cartesian or angle
-coordinates). The H grid errors over a box make no sense here (most of the box is off the
+coordinates, and the 3-D coupled pendulum). The H grid errors over a box make no sense here (most of the box is off the
 constraint manifold); instead, from the clean test initial conditions (for a constrained model
 projected onto its own manifold: its learned mass changes Φ̇), the model is rolled out
 through the integrator group and compared in Cartesian coordinates [x, p] (angle states are
@@ -42,10 +42,16 @@ from hnnsym.evaluation.metrics import (
 from hnnsym.evaluation.summary import number, summary_text
 from hnnsym.ode.integrators import get_integrator, integrator_from_config
 from hnnsym.ode.solve import integrate
-from hnnsym.physics.constrained import from_angles, onto_manifold, project_onto_manifold
+from hnnsym.physics.constrained import (
+    CARTESIAN_SYSTEMS,
+    from_angles,
+    onto_manifold,
+    project_onto_manifold,
+)
 from hnnsym.physics.systems import System, get_system
 
-SYSTEMS = ("chain_pendulum", "chain_pendulum_angles")
+# The constrained systems in Cartesian coordinates and, where built, in angles.
+SYSTEMS = (*CARTESIAN_SYSTEMS, *(a for a in CARTESIAN_SYSTEMS.values() if a))
 FLOOR_EPS = 1e-4
 PHI_PLOT_MAX = 1e30  # constraints.png draws |Φ| up to this
 
@@ -55,11 +61,12 @@ def is_constrained(system: System) -> bool:
 
 
 def cartesian(system: System, states: Tensor) -> tuple[System, Tensor]:
-    """(the Cartesian chain, states mapped to it) for either coordinate system."""
+    """(the Cartesian system, states mapped to it) for either coordinate system (angles: the
+    chain's)."""
+    if system.name in CARTESIAN_SYSTEMS:
+        return system, states
     params = {k: v for k, v in system.params.items()}
     cart = get_system("chain_pendulum", **params)
-    if system.name == "chain_pendulum":
-        return cart, states
     m = torch.tensor(cart.masses, dtype=states.dtype, device=states.device)
     lengths = torch.tensor(params["lengths"], dtype=states.dtype, device=states.device)
     return cart, from_angles(states, m, lengths)
@@ -206,20 +213,27 @@ def draw(out: Path, curves: pd.DataFrame, pred: Tensor, truth: Tensor, cart: Sys
     clipped = f" (clipped at {PHI_PLOT_MAX:g})" if (phi > PHI_PLOT_MAX).any() else ""
     ax.set_ylabel(f"max $|\\Phi(x)|$ of the learned rollout{clipped}")
     save_figure(fig, out / "constraints.png")
-    N = cart.dim // 2
+    s = cart.spatial
+    N = cart.dim // s
+    up = s - 1  # the vertical coordinate: y in the plane, z in 3-D (drawn as the x–z projection)
     fig = Figure(figsize=(6, 4), layout="constrained")
     ax = fig.subplots()
     for i in range(N):
-        ax.plot(truth[:, 0, 2 * i].cpu(), truth[:, 0, 2 * i + 1].cpu(), color=f"C{i}",
+        ax.plot(truth[:, 0, s * i].cpu(), truth[:, 0, s * i + up].cpu(), color=f"C{i}",
                 label=f"body {i + 1} true")  # fmt: skip
-        ax.plot(pred[:, 0, 2 * i].cpu(), pred[:, 0, 2 * i + 1].cpu(), color=f"C{i}", ls="--",
+        ax.plot(pred[:, 0, s * i].cpu(), pred[:, 0, s * i + up].cpu(), color=f"C{i}", ls="--",
                 label=f"body {i + 1} learned")  # fmt: skip
-    reach = 1.1 * sum(cart.params["lengths"])  # the chain's reach; a diverging path leaves it
-    ax.set_xlim(-reach, reach)
-    ax.set_ylim(-reach, reach)
+    # the bodies' reach around their tethers' anchors (a chain: all lengths; tethers alone: the
+    # longest); a diverging path leaves the frame
+    c = cart.constraints
+    tether = c.incidence.sum(-1) != 0  # a link's row sums to 0
+    reach = 1.1 * float(c.lengths.max() if bool(tether.all()) else c.lengths.sum())
+    anchors = c.anchors[tether]
+    ax.set_xlim(float(anchors[:, 0].min()) - reach, float(anchors[:, 0].max()) + reach)
+    ax.set_ylim(float(anchors[:, up].min()) - reach, float(anchors[:, up].max()) + reach)
     ax.set_aspect("equal")
     ax.set_xlabel("$x$")
-    ax.set_ylabel("$y$")
+    ax.set_ylabel("$y$" if s == 2 else "$z$ (x–z projection)")
     ax.legend(fontsize=7)
     save_figure(fig, out / "chain.png")
 

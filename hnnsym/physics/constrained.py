@@ -37,7 +37,7 @@ file of either system of one seed holds the same motion.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,7 +47,7 @@ from torch import Tensor
 from hnnsym.errors import ConvergenceError, DataError
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.ode.integrators.rattle import constraint_jacobian
-from hnnsym.physics.systems import SYSTEMS, System
+from hnnsym.physics.systems import SYSTEMS, System, get_system
 
 GRAVITY = 9.81
 CONSTRAINT_TOL = 1e-8  # |Φ| and |Φ̇| allowed along a stored ground-truth trajectory
@@ -452,10 +452,27 @@ class ConstrainedSystem(System):
         return constraint_violation(self.constraints, self.inverse_mass, states)
 
 
+def _count(value: float, name: str) -> int:
+    """A whole number >= 1 (a config's float too); ValueError naming ``name`` otherwise."""
+    try:
+        ok = not isinstance(value, bool) and math.isfinite(value) and value >= 1
+    except TypeError:
+        ok = False
+    if not ok or int(value) != value:
+        raise ValueError(f"{name} must be a whole number >= 1, got {value}")
+    return int(value)
+
+
 def _links(links: float) -> int:
-    if int(links) != links or links < 1:
-        raise ValueError(f"links must be a whole number >= 1, got {links}")
-    return int(links)
+    return _count(links, "links")
+
+
+def _per_body(name: str, given: Sequence[float] | None, default: list[float], N: int) -> list[float]:
+    """``given`` (N positive finite numbers) or ``default``; ValueError otherwise."""
+    values = default if given is None else [float(v) for v in given]
+    if len(values) != N or not all(math.isfinite(v) and v > 0 for v in values):
+        raise ValueError(f"{name} must be {N} positive numbers, got {given}")
+    return values
 
 
 def _chain(links: float, parameter_seed: float, masses: Sequence[float] | None,
@@ -465,13 +482,7 @@ def _chain(links: float, parameter_seed: float, masses: Sequence[float] | None,
     if int(parameter_seed) != parameter_seed or parameter_seed < 0:
         raise ValueError(f"parameter_seed must be a whole number >= 0, got {parameter_seed}")
     drawn = chain_parameters(N, int(parameter_seed))
-    out = []
-    for name, given, default in (("masses", masses, drawn[0]), ("lengths", lengths, drawn[1])):
-        values = default if given is None else [float(v) for v in given]
-        if len(values) != N or not all(math.isfinite(v) and v > 0 for v in values):
-            raise ValueError(f"{name} must be {N} positive numbers, got {given}")
-        out.append(values)
-    return N, out[0], out[1]
+    return N, _per_body("masses", masses, drawn[0], N), _per_body("lengths", lengths, drawn[1], N)
 
 
 def chain_pendulum(
@@ -549,10 +560,177 @@ def chain_pendulum_angles(
     )  # fmt: skip
 
 
-SYSTEMS.update(chain_pendulum=chain_pendulum, chain_pendulum_angles=chain_pendulum_angles)
+# ---- the coupled pendulum (3-D) ------------------------------------------------------------
 
-# Systems in Cartesian coordinates with holonomic constraints, and the same motion in angles.
-CARTESIAN_SYSTEMS = {"chain_pendulum": "chain_pendulum_angles"}
+
+def spherical_to_cartesian(angles: Tensor, rates: Tensor) -> tuple[Tensor, Tensor]:
+    """Unit vectors u (..., N, 3) and their rates u̇ of spherical angles (φ, θ) per bob, given
+    interleaved as angles (..., 2N) = [φ_1, θ_1, φ_2, ...] with rates likewise: the reference's
+    ``MagnetPendulum.body2globalCoords`` (ZXZ Euler angles (φ + π/2, θ, 0), the frame's ẑ rotated
+    by −90° about y): u = (−cos θ, sin θ sin φ, sin θ cos φ), u̇ = u_φ φ̇ + u_θ θ̇. θ = π/2,
+    φ = π is straight down (−z); the angles are singular where sin θ = 0 (u = ∓x̂)."""
+    phi, theta = angles[..., 0::2], angles[..., 1::2]
+    dphi, dtheta = rates[..., 0::2], rates[..., 1::2]
+    sp, cp, st, ct = torch.sin(phi), torch.cos(phi), torch.sin(theta), torch.cos(theta)
+    u = torch.stack([-ct, st * sp, st * cp], -1)
+    u_phi = torch.stack([torch.zeros_like(st), st * cp, -st * sp], -1)
+    u_theta = torch.stack([st, ct * sp, ct * cp], -1)
+    return u, u_phi * dphi[..., None] + u_theta * dtheta[..., None]
+
+
+def coupled_initial_states(
+    n: int,
+    generator: torch.Generator,
+    masses: Tensor,
+    length: float,
+    anchors: Tensor,
+    constraints: DistanceConstraints,
+    dtype: torch.dtype = torch.float64,
+) -> Tensor:
+    """n states (n, 6N) by the reference's ``CoupledPendulum.sample_initial_conditions``: per
+    draw 0.3·N(0, 1) of shape (2, 2N) (angles, then angular rates, each [φ_1, θ_1, ...]), φ + π and
+    θ + π/2 (hanging near −z), mapped by ``spherical_to_cartesian`` (x = a_i + l u, v = l u̇),
+    then Newton onto Φ = 0, Φ̇ = 0 (``project_onto_manifold``; on it already, to rounding) and
+    p = m v. A draw that does not project is replaced by the next draw of ``generator``."""
+    N = len(masses)
+    out: list[Tensor] = []
+    have = 0
+    for _ in range(100):
+        k = n - have
+        draw = 0.3 * torch.randn((k, 2, 2 * N), generator=generator, dtype=torch.float64)
+        draw[:, 0, 0::2] += math.pi
+        draw[:, 0, 1::2] += math.pi / 2
+        u, du = spherical_to_cartesian(draw[:, 0], draw[:, 1])
+        x = (anchors + length * u).flatten(-2)
+        v = (length * du).flatten(-2)
+        x, v, ok = project_onto_manifold(constraints, x, v)
+        out.append(torch.cat([x, v * masses.repeat_interleave(3)], -1)[ok])
+        have += int(ok.sum())
+        if have >= n:
+            return torch.cat(out)[:n].to(dtype)
+    raise ConvergenceError("the Newton projection of the initial conditions keeps failing")
+
+
+def coupled_pendulum(
+    bobs: int = 2,
+    g: float = GRAVITY,
+    k: float = 10.0,
+    length: float = 1.0,
+    masses: Sequence[float] | None = None,
+    parameter_seed: int | None = None,
+) -> ConstrainedSystem:
+    """The reference's ``CoupledPendulum``: N = ``bobs`` spherical pendulums in 3-D, bob i
+    tethered to the fixed anchor a_i = (i, 0, 0) by a rod of ``length`` l, gravity g along −z,
+    adjacent bobs coupled by springs of stiffness k and rest length |a_{i+1} − a_i| = 1:
+
+        H = Σ |p_i|²/(2 m_i) + g Σ m_i z_i + Σ_i ½ k (|x_{i+1} − x_i| − 1)²,   d = 3N.
+
+    Masses: ``masses`` if given, else drawn from U(0.6, 1.4) by numpy RandomState
+    (``parameter_seed``) as ``chain_parameters`` (the reference's m=None: seed 0, popped from the
+    end), else 1 (the reference's default m=1). Initial states: ``coupled_initial_states``."""
+    N = _count(bobs, "bobs")
+    for name, value in (("g", g), ("k", k), ("length", length)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value)):
+            raise ValueError(f"{name} must be a finite number, got {value}")
+    if length <= 0 or k < 0:
+        raise ValueError(f"need length > 0 and k >= 0, got length={length}, k={k}")
+    params: dict = {"bobs": N, "g": float(g), "k": float(k), "length": float(length)}
+    default = [1.0] * N
+    if parameter_seed is not None:
+        if int(parameter_seed) != parameter_seed or parameter_seed < 0:
+            raise ValueError(f"parameter_seed must be a whole number >= 0, got {parameter_seed}")
+        params["parameter_seed"] = int(parameter_seed)
+        default = chain_parameters(N, int(parameter_seed))[0]
+    masses = _per_body("masses", masses, default, N)
+    params["masses"] = list(masses)
+    m = torch.tensor(masses, dtype=torch.float64)
+    anchors = torch.zeros(N, 3, dtype=torch.float64)
+    anchors[:, 0] = torch.arange(N, dtype=torch.float64)
+    rest = (anchors[1:] - anchors[:-1]).norm(dim=-1)  # (N−1,): the anchors' distances
+    constraints = DistanceConstraints(N, 3, [], [(i, anchors[i].tolist()) for i in range(N)],
+                                      [float(length)] * N)  # fmt: skip
+    inverse_mass = (1 / m).repeat_interleave(3)
+    gravity_grad = torch.stack([torch.zeros_like(m), torch.zeros_like(m), g * m], -1).flatten()
+    stiffness = float(k)
+
+    def springs(x: Tensor) -> tuple[Tensor, Tensor]:
+        """(d, |d|) of the N−1 springs, d_i = x_{i+1} − x_i (..., N−1, 3)."""
+        bodies = x.reshape(*x.shape[:-1], N, 3)
+        d = bodies[..., 1:, :] - bodies[..., :-1, :]
+        return d, d.norm(dim=-1)
+
+    def H(y: Tensor) -> Tensor:
+        x, p = y[..., : 3 * N], y[..., 3 * N :]
+        _, dist = springs(x)
+        spring = 0.5 * stiffness * ((dist - rest.to(y)) ** 2).sum(-1)
+        return (0.5 * (p**2 * inverse_mass.to(y)).sum(-1) + (x * gravity_grad.to(y)).sum(-1)
+                + spring)  # fmt: skip
+
+    def gradient(y: Tensor) -> Tensor:
+        """∇H = [g m ẑ + spring forces, M⁻¹p] in closed form."""
+        x, p = y[..., : 3 * N], y[..., 3 * N :]
+        d, dist = springs(x)
+        f = stiffness * ((dist - rest.to(y)) / dist)[..., None] * d  # ∂V_s/∂x_{i+1}, (.., N−1, 3)
+        zero = f.new_zeros(*f.shape[:-2], 1, 3)
+        grad_x = torch.cat([zero, f], -2) - torch.cat([f, zero], -2)  # f_{i−1} − f_i per bob
+        return torch.cat([grad_x.flatten(-2) + gravity_grad.to(y), p * inverse_mass.to(y)], -1)
+
+    def sampler(n: int, generator: torch.Generator, dtype=torch.float64) -> Tensor:
+        return coupled_initial_states(n, generator, m, float(length), anchors, constraints, dtype)
+
+    reach = float(length)
+    speed = 10.0 * float(max(masses))  # a box for grids (the evaluation of this system has none)
+    low = [(float(a) - reach, float(a) + reach) for a in anchors[:, 0]]
+    box = sum(([lo, (-reach, reach), (-reach, reach)] for lo in low), []) + [(-speed, speed)] * (3 * N)
+    return ConstrainedSystem(
+        "coupled_pendulum", 3 * N, H, tuple(box), params,
+        description=f"{N} spherical pendulums in 3-D coupled by springs (k = {k}), g = {g} "
+                    f"along -z, Cartesian coordinates",
+        sampler=sampler,
+        vector_field=ProjectedField(constraints, inverse_mass, gradient),
+        constraints=constraints, masses=tuple(masses), spatial=3,
+    )  # fmt: skip
+
+
+SYSTEMS.update(
+    chain_pendulum=chain_pendulum,
+    chain_pendulum_angles=chain_pendulum_angles,
+    coupled_pendulum=coupled_pendulum,
+)
+
+# Systems in Cartesian coordinates with holonomic constraints -> the same motion in angle
+# coordinates, where one is built (None: not built).
+CARTESIAN_SYSTEMS: dict[str, str | None] = {
+    "chain_pendulum": "chain_pendulum_angles",
+    "coupled_pendulum": None,
+}
+
+
+def constrained_system_of(
+    name: str, dim: int, params: Mapping | None = None, parameter_seed: int | None = None
+) -> ConstrainedSystem:
+    """The registered Cartesian constrained system ``name`` (``CARTESIAN_SYSTEMS``) whose states
+    have ``dim`` degrees of freedom, for a model that takes its constraints (tethers, links,
+    lengths, spatial dimension) from it: built from ``params`` (a config's ``system.params``);
+    without them (a model config or checkpoint of the planar chain from before ``system_params``
+    was passed) the chain of dim/2 links drawn from ``parameter_seed`` (default 0).
+    ValueError (one line) for another system or a dim the system does not have."""
+    if name not in CARTESIAN_SYSTEMS:
+        raise ValueError(f"system {name!r} is not one of {sorted(CARTESIAN_SYSTEMS)}")
+    if params is None:
+        if name != "chain_pendulum" or dim % 2:
+            raise ValueError(
+                f"without system_params only the planar chain_pendulum (dim a multiple of 2) is "
+                f"known, got system {name!r} and dim {dim}"
+            )
+        params = {"links": dim // 2, "parameter_seed": 0 if parameter_seed is None else parameter_seed}
+    system = get_system(name, **dict(params))
+    if system.dim != dim:
+        raise ValueError(
+            f"system {name} with {dict(params)} has states of dim {system.dim} in Cartesian "
+            f"coordinates, not {dim}"
+        )
+    return system
 
 
 def coordinates_problem(system: str, model: object) -> str | None:
@@ -565,11 +743,16 @@ def coordinates_problem(system: str, model: object) -> str | None:
     if system in CARTESIAN_SYSTEMS:
         if is_constrained_model(model) or not has_hamiltonian(model):
             return None
+        angles = CARTESIAN_SYSTEMS[system]
+        elsewhere = (
+            f"train {who} on the same motion in angle coordinates (system={angles})"
+            if angles
+            else f"no angle-coordinate version of system={system} is built for {who}"
+        )
         return (
             f"system={system} is in Cartesian coordinates with rigid constraints, which model "
             f"{who} does not know; use model=chnn or clnn (method=chnn / clnn) or the baseline "
-            f"model=node there, or train {who} on the same motion in angle coordinates "
-            f"(system={CARTESIAN_SYSTEMS[system]})"
+            f"model=node there, or {elsewhere}"
         )
     if is_constrained_model(model):
         return (

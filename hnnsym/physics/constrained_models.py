@@ -3,8 +3,10 @@
 Both learn, for states z = [x, p] of N point masses (x ∈ R^{N·s}, body-major, p = M ẋ as the data
 store it), a constant mass matrix M_θ = diag(exp(log_mass_i)) per body (positive definite by
 construction) and a potential V_θ(x), an MLP (the reference's: 3 × 256, tanh, orthogonal initial
-weights), with the known constraint graph (a chain: body 1 tethered to the origin, body i linked
-to body i−1). They differ in how the constraints enter (``_CartesianChain`` holds what they share):
+weights), with the known constraints of the data's system (``constrained_system_of``: its tethers
+to fixed anchors, links between bodies, lengths and spatial dimension s; the planar chain, s = 2,
+or the 3-D coupled pendulum, s = 3). They differ in how the constraints enter
+(``_CartesianBodies`` holds what they share):
 
 ``CHNN``: H_θ(x, p) = ½ pᵀM_θ⁻¹p + V_θ(x); ``vector_field`` is the projected field
 ż = P(z) J∇H_θ of ``hnnsym.physics.constrained`` (Ψ = [Φ, Φ̇], Φ̇ = DΦ M_θ⁻¹ p with the learned
@@ -27,30 +29,33 @@ class but not the same training problem.
 Both fields are single differentiable expressions (∇V_θ closed form, ``mlp_gradient``): every
 integrator and gradient method of ``hnnsym.ode`` runs them unchanged. Both have the energy
 H_θ (for CLNN the Legendre transform of L_θ), so ``integrator=rattle`` steps either.
-``position_constraints`` (Φ itself, for RATTLE) uses the lengths drawn from ``parameter_seed`` as
-the data's system does (the model config takes it from ``system.params``).
+``position_constraints`` (Φ itself, for RATTLE) uses the lengths of the data's system (the model
+config passes ``system.name`` and ``system.params``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from hnnsym.physics.constrained import (
     CARTESIAN_SYSTEMS,
-    chain_constraints,
-    chain_parameters,
+    constrained_system_of,
     constrained_vector_field,
     multiplier_acceleration,
 )
 from hnnsym.physics.models import mlp, mlp_gradient
 
 
-class _CartesianChain(nn.Module):
-    """A chain of point masses with learned M_θ (one log-mass per body) and V_θ; the energy
-    H_θ(x, p) = ½ pᵀM_θ⁻¹p + V_θ(x). Subclasses define ``vector_field``. ``dim`` = N · ``spatial``."""
+class _CartesianBodies(nn.Module):
+    """Point masses with learned M_θ (one log-mass per body) and V_θ under the constraints of the
+    system ``system`` with ``system_params`` (``constrained_system_of``); the energy
+    H_θ(x, p) = ½ pᵀM_θ⁻¹p + V_θ(x). Subclasses define ``vector_field``. ``dim`` = N · spatial.
+    ``spatial``, ``graph`` and ``parameter_seed`` are keys of the chain's earlier configs (and
+    checkpoints): without ``system_params``, the chain of dim/2 links drawn from
+    ``parameter_seed``; ``spatial`` and ``graph``, when given, must agree with the system."""
 
     separable = False  # the constrained field couples x and p
     constrained = True
@@ -60,10 +65,11 @@ class _CartesianChain(nn.Module):
         dim: int,
         hidden: Sequence[int] = (256, 256, 256),
         activation: str = "tanh",
-        spatial: int = 2,
-        graph: str = "chain",
-        parameter_seed: int = 0,
         system: str = "chain_pendulum",
+        system_params: Mapping | None = None,
+        spatial: int | None = None,
+        graph: str | None = None,
+        parameter_seed: int | None = None,
     ):
         super().__init__()
         who = type(self).__name__
@@ -72,13 +78,17 @@ class _CartesianChain(nn.Module):
                 f"{who} learns in Cartesian coordinates with constraints; system {system!r} is not "
                 f"one of {sorted(CARTESIAN_SYSTEMS)} (for angle data use model=hnn)"
             )
-        if graph != "chain":
-            raise ValueError(f"graph must be 'chain', got {graph!r}")
-        if spatial != 2 or dim % spatial:
-            raise ValueError(f"need planar bodies (spatial=2) and dim a multiple of 2, got {dim}")
-        self.dim, self.spatial, self.bodies = dim, spatial, dim // spatial
-        _, lengths = chain_parameters(self.bodies, int(parameter_seed))
-        self.constraints = chain_constraints(self.bodies, lengths)
+        if graph not in (None, "chain") or (graph == "chain" and system != "chain_pendulum"):
+            raise ValueError(f"graph must be 'chain' (system=chain_pendulum) or null, got {graph!r}")
+        try:
+            cart = constrained_system_of(system, dim, system_params, parameter_seed)
+        except ValueError as err:
+            raise ValueError(f"{who} learns in Cartesian coordinates: {err}") from err
+        if spatial is not None and spatial != cart.spatial:
+            raise ValueError(f"system {system} has bodies in {cart.spatial} dimensions, not {spatial}")
+        self.dim, self.spatial = dim, cart.spatial
+        self.bodies = cart.constraints.bodies
+        self.constraints = cart.constraints
         self.potential_net = mlp(dim, hidden, activation)
         for layer in self.potential_net.modules():
             if isinstance(layer, nn.Linear):
@@ -118,7 +128,7 @@ class _CartesianChain(nn.Module):
         raise NotImplementedError
 
     def position_constraints(self, x: Tensor) -> Tensor:
-        """Φ(x) (..., m): the chain's |r_k|² − l_k²."""
+        """Φ(x) (..., m): the system's |r_k|² − l_k² (links and tethers)."""
         return self.constraints.phi(x)
 
     def position_constraints_jacobian(self, x: Tensor) -> Tensor:
@@ -126,8 +136,8 @@ class _CartesianChain(nn.Module):
         return self.constraints.jacobian(x)
 
 
-class CHNN(_CartesianChain):
-    """Constrained HNN on a chain of point masses (module doc)."""
+class CHNN(_CartesianBodies):
+    """Constrained HNN on constrained point masses (module doc)."""
 
     def vector_field(self, y: Tensor) -> Tensor:
         """ż = P(z) J∇H_θ (..., 2n)."""
@@ -136,8 +146,8 @@ class CHNN(_CartesianChain):
         )
 
 
-class CLNN(_CartesianChain):
-    """Constrained LNN on a chain of point masses (module doc): L_θ = ½ẋᵀM_θẋ − V_θ(x)."""
+class CLNN(_CartesianBodies):
+    """Constrained LNN on constrained point masses (module doc): L_θ = ½ẋᵀM_θẋ − V_θ(x)."""
 
     def lagrangian(self, x: Tensor, v: Tensor) -> Tensor:
         """L_θ(x, ẋ) (...,)."""
