@@ -126,10 +126,42 @@ def _chain_angles_f(q, p, m, l, g):  # noqa: E741
     return w, dp - g * torch.diagonal(c) * torch.tensor(l) * torch.sin(q)
 
 
+# The coupled pendulum (seed 004, 3-D): bobs=2 tethered to (0, 0, 0) and (1, 0, 0) by unit rods,
+# masses 1, gravity along -z, a spring k = 10 of rest length 1 between the bobs.
+_COUPLED = {"m": np.array([1.0, 1.0]), "g": 9.81, "k": 10.0}
+
+
+def _coupled_h(q, p, m, g, k):
+    d = (q[:, 3:] - q[:, :3]).norm(dim=-1)
+    return (p**2).sum(-1) / 2 + g * (q[:, 2] + q[:, 5]) + 0.5 * k * (d - 1) ** 2
+
+
+def _coupled_f(q, p, m, g, k):
+    """ż = J∇H − J G λ with Gᵀż = 0, G the autograd Jacobian of Ψ = [Φ, Φ̇] (Φ: |x_i − a_i|² − 1),
+    ∇H by hand, λ per state with numpy."""
+    out = []
+    for qb, pb in zip(q.numpy(), p.numpy()):
+        z = torch.tensor(np.concatenate([qb, pb]), requires_grad=True)
+        r = z[:6].reshape(2, 3) - torch.tensor([[0.0, 0, 0], [1.0, 0, 0]], dtype=F64)
+        psi = torch.cat([(r**2).sum(-1) - 1, 2 * (r * z[6:].reshape(2, 3)).sum(-1)])
+        G = np.stack([torch.autograd.grad(psi[j], z, retain_graph=True)[0].numpy()
+                      for j in range(4)], 1)  # fmt: skip
+        dx = qb[3:] - qb[:3]
+        spring = k * (np.linalg.norm(dx) - 1) * dx / np.linalg.norm(dx)  # ∂V/∂x_2
+        grad_q = np.concatenate([-spring, spring]) + g * np.array([0, 0, 1.0, 0, 0, 1])
+        f = np.concatenate([pb, -grad_q])
+        JG = np.concatenate([G[6:], -G[:6]])
+        lam = np.linalg.solve(G.T @ JG, G.T @ f)
+        out.append(f - JG @ lam)
+    out = torch.tensor(np.array(out))
+    return out[:, :6], out[:, 6:]
+
+
 ANALYTIC = {
     # name: [(params for get_system, params for the formulas), ...], H, field
     "chain_pendulum": ([({"links": 2}, _CHAIN)], _chain_h, _chain_f),
     "chain_pendulum_angles": ([({"links": 2}, _CHAIN)], _chain_angles_h, _chain_angles_f),
+    "coupled_pendulum": ([({}, _COUPLED)], _coupled_h, _coupled_f),
     "double_well": ([({}, {})], _dw_h, _dw_f),
     "custom": ([({}, {})], _dw_h, _dw_f),  # its default expression is the double well
     "coupled_oscillator": (

@@ -467,7 +467,9 @@ def _links(links: float) -> int:
     return _count(links, "links")
 
 
-def _per_body(name: str, given: Sequence[float] | None, default: list[float], N: int) -> list[float]:
+def _per_body(
+    name: str, given: Sequence[float] | None, default: list[float], N: int
+) -> list[float]:
     """``given`` (N positive finite numbers) or ``default``; ValueError otherwise."""
     values = default if given is None else [float(v) for v in given]
     if len(values) != N or not all(math.isfinite(v) and v > 0 for v in values):
@@ -680,8 +682,9 @@ def coupled_pendulum(
 
     reach = float(length)
     speed = 10.0 * float(max(masses))  # a box for grids (the evaluation of this system has none)
-    low = [(float(a) - reach, float(a) + reach) for a in anchors[:, 0]]
-    box = sum(([lo, (-reach, reach), (-reach, reach)] for lo in low), []) + [(-speed, speed)] * (3 * N)
+    box = [b for a in anchors[:, 0].tolist() for b in ((a - reach, a + reach), (-reach, reach),
+                                                        (-reach, reach))]  # fmt: skip
+    box += [(-speed, speed)] * (3 * N)
     return ConstrainedSystem(
         "coupled_pendulum", 3 * N, H, tuple(box), params,
         description=f"{N} spherical pendulums in 3-D coupled by springs (k = {k}), g = {g} "
@@ -723,7 +726,10 @@ def constrained_system_of(
                 f"without system_params only the planar chain_pendulum (dim a multiple of 2) is "
                 f"known, got system {name!r} and dim {dim}"
             )
-        params = {"links": dim // 2, "parameter_seed": 0 if parameter_seed is None else parameter_seed}
+        params = {
+            "links": dim // 2,
+            "parameter_seed": 0 if parameter_seed is None else parameter_seed,
+        }
     system = get_system(name, **dict(params))
     if system.dim != dim:
         raise ValueError(
@@ -745,14 +751,14 @@ def coordinates_problem(system: str, model: object) -> str | None:
             return None
         angles = CARTESIAN_SYSTEMS[system]
         elsewhere = (
-            f"train {who} on the same motion in angle coordinates (system={angles})"
+            f", or train {who} on the same motion in angle coordinates (system={angles})"
             if angles
-            else f"no angle-coordinate version of system={system} is built for {who}"
+            else f" (no angle-coordinate version of system={system} is built)"
         )
         return (
             f"system={system} is in Cartesian coordinates with rigid constraints, which model "
             f"{who} does not know; use model=chnn or clnn (method=chnn / clnn) or the baseline "
-            f"model=node there, or {elsewhere}"
+            f"model=node there{elsewhere}"
         )
     if is_constrained_model(model):
         return (

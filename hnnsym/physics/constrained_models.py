@@ -79,13 +79,17 @@ class _CartesianBodies(nn.Module):
                 f"one of {sorted(CARTESIAN_SYSTEMS)} (for angle data use model=hnn)"
             )
         if graph not in (None, "chain") or (graph == "chain" and system != "chain_pendulum"):
-            raise ValueError(f"graph must be 'chain' (system=chain_pendulum) or null, got {graph!r}")
+            raise ValueError(
+                f"graph must be 'chain' (system=chain_pendulum) or null, got {graph!r}"
+            )
         try:
             cart = constrained_system_of(system, dim, system_params, parameter_seed)
         except ValueError as err:
             raise ValueError(f"{who} learns in Cartesian coordinates: {err}") from err
         if spatial is not None and spatial != cart.spatial:
-            raise ValueError(f"system {system} has bodies in {cart.spatial} dimensions, not {spatial}")
+            raise ValueError(
+                f"system {system} has bodies in {cart.spatial} dimensions, not {spatial}"
+            )
         self.dim, self.spatial = dim, cart.spatial
         self.bodies = cart.constraints.bodies
         self.constraints = cart.constraints
