@@ -77,8 +77,8 @@ def test_train_refuses_the_wrong_coordinates_before_writing(compose_config, tmp_
                                                             choice):  # fmt: skip
     from hnnsym.training.stage import train
 
-    # 2 links: in angles (d = 2) a CHNN told model.system=chain_pendulum builds (one body), so
-    # the stage's check, not the model's constructor, refuses it
+    # 2 links: in angles (d = 2) a CHNN told model.system=chain_pendulum is refused by its
+    # constructor (the angle system's params, links=2, make Cartesian states of dim 4, not 2)
     _data(compose_config, tmp_path, system, links=2)
     cfg = compose_config("train", _run(system, tmp_path, *choice.split(), links=2))
     with pytest.raises(UserError, match="Cartesian coordinates") as err:

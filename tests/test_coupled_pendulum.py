@@ -323,6 +323,9 @@ def test_generate_train_evaluate(compose_config, tmp_path):
     ]
     with pytest.raises(UserError, match="dim=6 states, not dim=9"):
         train(compose_config("train", other))
+    default_masses = [c for c in run if "parameter_seed" not in c]  # masses 1: not this file's
+    with pytest.raises(UserError, match="holds another coupled_pendulum system: its system.masses"):
+        train(compose_config("train", default_masses))
     hnn = common + ["method=hnn", "model.hidden=[8]", f"run_dir={tmp_path}/hnn", "train.epochs=1"]
     with pytest.raises(UserError, match="no angle-coordinate version") as err:
         train(compose_config("train", hnn))

@@ -19,7 +19,7 @@ from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
 from hnnsym.ode.gradients import gradient_from_config
 from hnnsym.ode.integrators import integrator_from_config
-from hnnsym.physics.constrained import coordinates_problem
+from hnnsym.physics.constrained import CARTESIAN_SYSTEMS, coordinates_problem
 from hnnsym.physics.systems import MEASURED, system_from_config
 from hnnsym.training.checkpoints import load_checkpoint, provenance, resume_from
 from hnnsym.training.losses import LearnedStarts, LossContext, data_problem
@@ -64,10 +64,14 @@ def train(cfg: DictConfig) -> TrainResult:
         data_file, system=system.name, dim=system.dim, splits=("train", "val"), arrays=()
     )
     stored = data.attrs.get("system_params") or {}
-    if system.name == "custom" and (differ := [k for k, v in system.params.items()
-                                               if stored.get(k) != v]):  # fmt: skip
+    # systems whose parameters (beyond dim) the file must match: a custom H, and the constrained
+    # systems' masses and lengths (files of other masses share the path)
+    constrained = {*CARTESIAN_SYSTEMS, *CARTESIAN_SYSTEMS.values()} - {None}
+    if (system.name == "custom" or system.name in constrained) and (
+        differ := [k for k, v in system.params.items() if stored.get(k) != v]
+    ):
         raise UserError(
-            f"{data_file} holds another custom system: its system.{differ[0]} is "
+            f"{data_file} holds another {system.name} system: its system.{differ[0]} is "
             f"{stored.get(differ[0])!r}, the config's {system.params[differ[0]]!r}; train with the "
             "system overrides it was generated with"
         )
