@@ -330,3 +330,36 @@ def test_generate_train_evaluate(compose_config, tmp_path):
     with pytest.raises(UserError, match="no angle-coordinate version") as err:
         train(compose_config("train", hnn))
     assert "\n" not in str(err.value) and not any((tmp_path / "hnn").glob("*"))
+
+
+def test_a_chain_run_of_the_earlier_model_keys_still_evaluates_and_resumes(
+    compose_config, tmp_path, capsys
+):
+    """A CHNN checkpoint whose model config has the chain's earlier keys (spatial, graph,
+    parameter_seed; no system_params, as runs made before this system) evaluates and resumes under
+    the current model=chnn config (``same_model``); another architecture is still refused."""
+    from hnnsym.config.build import same_model
+    from hnnsym.data.simulate import generate
+    from hnnsym.evaluation.stage import evaluate
+    from hnnsym.training.stage import train
+
+    common = ["system=chain_pendulum", "system.params.links=1", "noise=none",
+              f"data_dir={tmp_path}/data"]  # fmt: skip
+    gen = ["generate.n_train=4", "generate.n_val=2", "generate.n_test=2", "generate.train_steps=6",
+           "generate.test_steps=4"]  # fmt: skip
+    generate(compose_config("generate", common + gen))
+    current = common + ["method=chnn", "model.hidden=[8]", f"run_dir={tmp_path}/run",
+                        "train.progress=false"]  # fmt: skip
+    legacy = current + ["train.epochs=1", "~model.system_params", "+model.spatial=2",
+                        "+model.graph=chain", "+model.parameter_seed=0"]  # fmt: skip
+    train(compose_config("train", legacy))
+    payload = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=False)
+    assert "system_params" not in payload["model_config"]
+    metrics = evaluate(compose_config("evaluate", current + ["eval.figures=false"]))
+    assert 0 < metrics["rel_err_gmean"] < 1
+    capsys.readouterr()
+    train(compose_config("train", current + ["train.epochs=1", "train.resume=true"]))
+    assert "resuming" in capsys.readouterr().out  # not refused as another model
+    with pytest.raises(UserError, match="holds model"):
+        evaluate(compose_config("evaluate", [*current, "model.hidden=[16]", "eval.figures=false"]))
+    assert not same_model({**payload["model_config"], "hidden": [16]}, payload["model_config"])

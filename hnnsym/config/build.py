@@ -60,6 +60,25 @@ def model_spec(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+# Keys of a constrained model's config (CHNN, CLNN) that say where its constraints come from: the
+# chain's earlier spatial / graph / parameter_seed, now system_params (the data's system).
+CONSTRAINT_SOURCE_KEYS = ("spatial", "graph", "parameter_seed", "system_params")
+
+
+def same_model(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two model configs (a checkpoint's and the run's) describe the same model. A config
+    of a constrained model from before ``system_params`` (the chain's spatial / graph /
+    parameter_seed) matches a current one on everything else: both give the chain of the data's
+    dim, whose parameters train checks against the data file, and the stages rebuild a trained
+    model from its checkpoint's own config."""
+    a, b = dict(a), dict(b)
+    if ("system_params" in a) != ("system_params" in b):
+        for key in CONSTRAINT_SOURCE_KEYS:
+            a.pop(key, None)
+            b.pop(key, None)
+    return a == b
+
+
 def build_model(model_cfg: Mapping[str, Any] | DictConfig, dim: int) -> nn.Module:
     """The network of a model config for states of ``dim`` degrees of freedom."""
     if isinstance(model_cfg, DictConfig):

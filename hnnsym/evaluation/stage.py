@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from hnnsym.artifacts import now_utc, sha256, versions, write_text
-from hnnsym.config.build import model_from_checkpoint, model_spec
+from hnnsym.config.build import model_from_checkpoint, model_spec, same_model
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import Dataset, made_by_generate, read_dataset
@@ -304,7 +304,7 @@ def evaluate(cfg: DictConfig) -> dict:
     out = out_dir(cfg)
     ckpt_path, payload = load_checkpoint(run_dir, e.checkpoint)
     asked = OmegaConf.to_container(cfg.model, resolve=True)
-    if model_spec(payload["model_config"]) != model_spec(asked):
+    if not same_model(model_spec(payload["model_config"]), model_spec(asked)):
         raise UserError(
             f"checkpoint {ckpt_path} holds model {payload['model_config']}, but the config asks for "
             f"{asked}; evaluate with the overrides the run was trained with"

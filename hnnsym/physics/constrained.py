@@ -32,6 +32,12 @@ from the downward vertical (x_i = x_{i−1} + l_i (sin θ_i, −cos θ_i)), p_θ
 M(θ)_ij = c_ij l_i l_j cos(θ_i − θ_j), c_ij = Σ_{k ≥ max(i,j)} m_k; H = ½ p_θᵀ M(θ)⁻¹ p_θ
 − g Σ_i c_ii l_i cos θ_i. Its sampler is the Cartesian one mapped to angles (``to_angles``), so a
 file of either system of one seed holds the same motion.
+
+``coupled_pendulum(bobs)``: the reference's 3-D CoupledPendulum (``spatial`` = 3): N spherical
+pendulums, bob i tethered to the anchor (i, 0, 0) by a rod of length 1, gravity along −z,
+neighbours coupled by springs k (rest length 1): H = Σ |p_i|²/(2 m_i) + g Σ m_i z_i
++ Σ ½k(|x_{i+1} − x_i| − 1)²; initial states from spherical angles (``coupled_initial_states``).
+No angle-coordinate version is built.
 """
 
 from __future__ import annotations

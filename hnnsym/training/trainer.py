@@ -24,6 +24,7 @@ from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
 from hnnsym.artifacts import atomic_path, now_utc
+from hnnsym.config.build import same_model
 from hnnsym.data.windows import take_windows, window_times
 from hnnsym.errors import ConvergenceError, UserError
 from hnnsym.ode.problem import SolverStats
@@ -200,7 +201,7 @@ class Trainer:
 
     def restore(self, payload: dict, path: Path) -> None:
         """Continue from a checkpoint of this run; refuses one made for another architecture."""
-        if payload.get("model_config") != self.provenance["model_config"]:
+        if not same_model(payload.get("model_config") or {}, self.provenance["model_config"]):
             raise UserError(
                 f"checkpoint {path} holds model {payload.get('model_config')}, but the config asks "
                 f"for {self.provenance['model_config']}; resume with the overrides it was trained with"
