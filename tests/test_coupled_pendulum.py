@@ -263,7 +263,7 @@ def test_rattle_steps_the_system_and_chnn_alike():
     assert 1e-7 < err < 5e-3 and 3.5 < err / err_half < 4.5  # second order
 
 
-# ---- the stages -----------------------------------------------------------------------------------
+# ---- the stages -------------------------------------------------------------------------------
 
 
 def test_coordinates_problem_refuses_an_unconstrained_h():

@@ -1,9 +1,10 @@
 """Evaluating a model of a constrained system (seed 004: the chain pendulum, in Cartesian or angle
-coordinates, and the 3-D coupled pendulum). The H grid errors over a box make no sense here (most of the box is off the
-constraint manifold); instead, from the clean test initial conditions (for a constrained model
-projected onto its own manifold: its learned mass changes Φ̇), the model is rolled out
-through the integrator group and compared in Cartesian coordinates [x, p] (angle states are
-mapped by ``from_angles``, so models in either coordinates are compared on the same states):
+coordinates, and the 3-D coupled pendulum). The H grid errors over a box make no sense here (most
+of the box is off the constraint manifold); instead, from the clean test initial conditions (for a
+constrained model projected onto its own manifold: its learned mass changes Φ̇), the model is
+rolled out through the integrator group and compared in Cartesian coordinates [x, p] (angle
+states are mapped by ``from_angles``, so models in either coordinates are compared on the same
+states):
 
     rel_err_gmean        mean over trajectories of the geometric mean over t ∈ [t_1, T] of
                          e(t) = ‖ẑ − z‖ / (‖ẑ‖ + ‖z‖) (seed 004; 1 after a failed rollout)
