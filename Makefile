@@ -152,10 +152,14 @@ table-ddlm-two-body: install
 	$(PY) -m hnnsym.table_ddlm report.runs=outputs/ddlm
 
 # ---- Seed 004: chain pendulum, CHNN / CLNN vs HNN in angles vs NODE (reduced budget) ----------
+# CHAIN_SYSTEM=coupled_pendulum: the reference's 3-D coupled pendulums instead, CHAIN_LINKS their
+# number of bobs (no angle-coordinate version: no hnn)
+CHAIN_SYSTEM ?= chain_pendulum
+CHAIN_SIZE = $(if $(filter coupled_pendulum,$(CHAIN_SYSTEM)),bobs,links)
 CHAIN_LINKS ?= 3
 CHAIN_SEEDS ?= 0
 CHAIN_EPOCHS ?= 300
-CHAIN_MODELS ?= chnn clnn hnn node
+CHAIN_MODELS ?= chnn clnn $(if $(filter chain_pendulum,$(CHAIN_SYSTEM)),hnn) node
 # (also chnn_rattle: CHNN trained and rolled out by RATTLE at h = dt/2 with the symplectic adjoint,
 # and chnn_rattle4: by RATTLE composed to order 4 (integrator.composition=suzuki, five substeps) at
 # h = dt; Newton tol 1e-5 in float32 training, the default 1e-12 in the float64 evaluation)
@@ -165,8 +169,8 @@ CHAIN_NOISE ?= none
 # evaluated over its first 3 s, into <run>/eval_3s
 CHAIN_TEST_STEPS ?= 100
 # prefixes: data in $(CHAIN_DATA)<N>, runs in $(CHAIN_OUT)<N>/<model>[_<noise>]/seed<k>
-CHAIN_DATA ?= data/chain
-CHAIN_OUT ?= outputs/chain
+CHAIN_DATA ?= data/$(if $(filter coupled_pendulum,$(CHAIN_SYSTEM)),coupled,chain)
+CHAIN_OUT ?= outputs/$(if $(filter coupled_pendulum,$(CHAIN_SYSTEM)),coupled,chain)
 CHAIN_TAG = $(if $(filter none,$(CHAIN_NOISE)),,_$(CHAIN_NOISE))
 # the reference's optimizer and windows, no weight average (method=chnn / clnn set them; the
 # baselines take them here)
@@ -175,27 +179,29 @@ CHAIN_TRAIN = train.epochs=$(CHAIN_EPOCHS) train.window=4 train.batch_size=200 t
   train.early_stop.patience=1000000 train.resume=auto train.ema=null
 
 chain-pendulum: install
-	@echo "chain-pendulum: $(CHAIN_MODELS) for N in $(CHAIN_LINKS), seeds $(CHAIN_SEEDS), noise $(CHAIN_NOISE),"
+	@echo "chain-pendulum: $(CHAIN_SYSTEM), $(CHAIN_MODELS) for N in $(CHAIN_LINKS), seeds $(CHAIN_SEEDS), noise $(CHAIN_NOISE),"
 	@echo "  $(CHAIN_EPOCHS) epochs (the reference: 2000). Measured, one seed, on the shared 2-core machine"
 	@echo "  (README): N = 3 at 300 epochs: data 7 min, CHNN 23 min, HNN 18 min, NODE 9 min;"
 	@echo "  N = 1, 2, 4, 5 at 100 epochs (CHAIN_LINKS=\"1 2 4 5\" CHAIN_EPOCHS=100): 0.4-1.5 min CPU per training"
 	@echo "  N = 2 at 2000 epochs: CHNN 23 min CPU, chnn_rattle 31 min"
 	for N in $(CHAIN_LINKS); do for k in $(CHAIN_SEEDS); do \
-	  for s in chain_pendulum chain_pendulum_angles; do \
+	  for s in $(CHAIN_SYSTEM) $(if $(filter chain_pendulum,$(CHAIN_SYSTEM)),chain_pendulum_angles); do \
 	    test -f $(CHAIN_DATA)$$N/$$s/$(CHAIN_NOISE)/seed$$k.h5 || $(PY) -m hnnsym.generate system=$$s \
-	      system.params.links=$$N noise=$(CHAIN_NOISE) seed=$$k data_dir=$(CHAIN_DATA)$$N \
+	      system.params.$(CHAIN_SIZE)=$$N noise=$(CHAIN_NOISE) seed=$$k data_dir=$(CHAIN_DATA)$$N \
 	      generate.test_steps=$(CHAIN_TEST_STEPS) || exit 1; \
 	  done; \
 	  for run in $(CHAIN_MODELS); do \
-	    tol=; args="system.params.links=$$N noise=$(CHAIN_NOISE) seed=$$k data_dir=$(CHAIN_DATA)$$N run_dir=$(CHAIN_OUT)$$N/$${run}$(CHAIN_TAG)/seed$$k"; \
+	    tol=; args="system.params.$(CHAIN_SIZE)=$$N noise=$(CHAIN_NOISE) seed=$$k data_dir=$(CHAIN_DATA)$$N run_dir=$(CHAIN_OUT)$$N/$${run}$(CHAIN_TAG)/seed$$k"; \
 	    case $$run in \
-	      chnn|clnn) extra="system=chain_pendulum method=$$run train.epochs=$(CHAIN_EPOCHS) train.resume=auto";; \
-	      chnn_rattle) extra="system=chain_pendulum method=chnn integrator=rattle gradient=symplectic_adjoint \
+	      chnn|clnn) extra="system=$(CHAIN_SYSTEM) method=$$run train.epochs=$(CHAIN_EPOCHS) train.resume=auto";; \
+	      chnn_rattle) extra="system=$(CHAIN_SYSTEM) method=chnn integrator=rattle gradient=symplectic_adjoint \
 	        train.substeps=2 train.epochs=$(CHAIN_EPOCHS) train.resume=auto"; tol=integrator.tol=1e-5;; \
-	      chnn_rattle4) extra="system=chain_pendulum method=chnn integrator=rattle gradient=symplectic_adjoint \
+	      chnn_rattle4) extra="system=$(CHAIN_SYSTEM) method=chnn integrator=rattle gradient=symplectic_adjoint \
 	        integrator.composition=suzuki train.epochs=$(CHAIN_EPOCHS) train.resume=auto"; tol=integrator.tol=1e-5;; \
-	      hnn) extra="system=chain_pendulum_angles model=hnn model.hidden=[256,256,256] integrator=rk4 gradient=backprop $(CHAIN_TRAIN)";; \
-	      node) extra="system=chain_pendulum method=node model.hidden=[256,256,256] $(CHAIN_TRAIN)";; \
+	      hnn) [ $(CHAIN_SYSTEM) = chain_pendulum ] || { \
+	        echo "CHAIN_MODELS: hnn learns in angles, which only CHAIN_SYSTEM=chain_pendulum has"; exit 1; }; \
+	        extra="system=chain_pendulum_angles model=hnn model.hidden=[256,256,256] integrator=rk4 gradient=backprop $(CHAIN_TRAIN)";; \
+	      node) extra="system=$(CHAIN_SYSTEM) method=node model.hidden=[256,256,256] $(CHAIN_TRAIN)";; \
 	      *) echo "CHAIN_MODELS: $$run is not one of chnn chnn_rattle chnn_rattle4 clnn hnn node"; exit 1;; \
 	    esac; \
 	    $(PY) -m hnnsym.train $$extra $$tol $$args train.progress=false || exit 1; \
