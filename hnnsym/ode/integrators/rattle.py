@@ -55,8 +55,9 @@ keeps the states, and in backward re-solves step n from y_n (seeded by y_{n+1}; 
 form by the forward's own iteration) and applies the same transposed solve (``step_vjp``). A
 ``composition`` (COMPOSITIONS: order 4) makes each step a symmetric product of RATTLE substeps of
 γ_i h; every substep is the step above, differentiated the same way, and the stepwise backward
-recomputes a step's inner states from y_n before running its substeps' adjoints in reverse. With ``implicit_gradient=False`` autograd records the
-Newton iterations themselves (memory ∝ steps × iterations; a reference for tests).
+recomputes a step's inner states from y_n before running its substeps' adjoints in reverse.
+With ``implicit_gradient=False`` autograd records the Newton iterations themselves (memory ∝
+steps × iterations; a reference for tests).
 """
 
 from __future__ import annotations
