@@ -45,20 +45,19 @@ from hnnsym.ode.integrators import get_integrator, integrator_from_config
 from hnnsym.ode.solve import integrate
 from hnnsym.physics.constrained import (
     CARTESIAN_SYSTEMS,
+    CONSTRAINED_SYSTEMS,
     from_angles,
     onto_manifold,
     project_onto_manifold,
 )
 from hnnsym.physics.systems import System, get_system
 
-# The constrained systems in Cartesian coordinates and, where built, in angles.
-SYSTEMS = (*CARTESIAN_SYSTEMS, *(a for a in CARTESIAN_SYSTEMS.values() if a))
 FLOOR_EPS = 1e-4
 PHI_PLOT_MAX = 1e30  # constraints.png draws |Φ| up to this
 
 
 def is_constrained(system: System) -> bool:
-    return system.name in SYSTEMS
+    return system.name in CONSTRAINED_SYSTEMS
 
 
 def cartesian(system: System, states: Tensor) -> tuple[System, Tensor]:

@@ -469,6 +469,13 @@ def _count(value: float, name: str) -> int:
     return int(value)
 
 
+def _parameter_seed(value: float) -> int:
+    """A whole number >= 0 (numpy RandomState's seed of the drawn masses and lengths)."""
+    if int(value) != value or value < 0:
+        raise ValueError(f"parameter_seed must be a whole number >= 0, got {value}")
+    return int(value)
+
+
 def _links(links: float) -> int:
     return _count(links, "links")
 
@@ -487,9 +494,7 @@ def _chain(links: float, parameter_seed: float, masses: Sequence[float] | None,
            lengths: Sequence[float] | None) -> tuple[int, list[float], list[float]]:  # fmt: skip
     """(N, masses, lengths): drawn from ``parameter_seed``, or as given (each N positive)."""
     N = _links(links)
-    if int(parameter_seed) != parameter_seed or parameter_seed < 0:
-        raise ValueError(f"parameter_seed must be a whole number >= 0, got {parameter_seed}")
-    drawn = chain_parameters(N, int(parameter_seed))
+    drawn = chain_parameters(N, _parameter_seed(parameter_seed))
     return N, _per_body("masses", masses, drawn[0], N), _per_body("lengths", lengths, drawn[1], N)
 
 
@@ -645,10 +650,8 @@ def coupled_pendulum(
     params: dict = {"bobs": N, "g": float(g), "k": float(k), "length": float(length)}
     default = [1.0] * N
     if parameter_seed is not None:
-        if int(parameter_seed) != parameter_seed or parameter_seed < 0:
-            raise ValueError(f"parameter_seed must be a whole number >= 0, got {parameter_seed}")
-        params["parameter_seed"] = int(parameter_seed)
-        default = chain_parameters(N, int(parameter_seed))[0]
+        params["parameter_seed"] = _parameter_seed(parameter_seed)
+        default = chain_parameters(N, params["parameter_seed"])[0]
     masses = _per_body("masses", masses, default, N)
     params["masses"] = list(masses)
     m = torch.tensor(masses, dtype=torch.float64)
@@ -713,6 +716,8 @@ CARTESIAN_SYSTEMS: dict[str, str | None] = {
     "chain_pendulum": "chain_pendulum_angles",
     "coupled_pendulum": None,
 }
+# Every constrained system, in Cartesian coordinates or (where built) in angles.
+CONSTRAINED_SYSTEMS = frozenset({*CARTESIAN_SYSTEMS, *CARTESIAN_SYSTEMS.values()} - {None})
 
 
 def constrained_system_of(

@@ -19,7 +19,7 @@ from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
 from hnnsym.ode.gradients import gradient_from_config
 from hnnsym.ode.integrators import integrator_from_config
-from hnnsym.physics.constrained import CARTESIAN_SYSTEMS, coordinates_problem
+from hnnsym.physics.constrained import CONSTRAINED_SYSTEMS, coordinates_problem
 from hnnsym.physics.systems import MEASURED, system_from_config
 from hnnsym.training.checkpoints import load_checkpoint, provenance, resume_from
 from hnnsym.training.losses import LearnedStarts, LossContext, data_problem
@@ -66,8 +66,7 @@ def train(cfg: DictConfig) -> TrainResult:
     stored = data.attrs.get("system_params") or {}
     # systems whose parameters (beyond dim) the file must match: a custom H, and the constrained
     # systems' masses and lengths (files of other masses share the path)
-    constrained = {*CARTESIAN_SYSTEMS, *CARTESIAN_SYSTEMS.values()} - {None}
-    if (system.name == "custom" or system.name in constrained) and (
+    if (system.name == "custom" or system.name in CONSTRAINED_SYSTEMS) and (
         differ := [k for k, v in system.params.items() if stored.get(k) != v]
     ):
         raise UserError(
