@@ -549,20 +549,19 @@ class Rattle:
         self, problem: Problem, y: Tensor, y_next: Tensor, lam: Tensor, params: list[Tensor], n: int
     ) -> tuple[Tensor, list[Tensor | None]]:
         """The stepwise adjoint of step n from its states alone: re-solve X from y_n, seeded by
-        y_{n+1}, then ``adjoint``. A composition recomputes its substeps' states from y_n (as the
-        forward did) and runs their adjoints in reverse."""
+        y_{n+1}, then ``adjoint``. A composition re-solves its substeps from y_n (as the forward
+        did) and runs their adjoints in reverse, the inner ones at those solutions (``adjoint``),
+        the last re-solved from its start as a single step is."""
         subs = self.substeps(problem)
-        if len(subs) == 1:
-            return self._substep_vjp(problem, y, y_next, lam, params, n)
-        states = [y]
+        states, solved = [y], []  # the inner substeps' starts and solutions X
         with torch.no_grad():
             for sub in subs[:-1]:
-                states.append(_output(self.solve_step(sub, states[-1], n), y.shape[-1] // 2))
-        states.append(y_next)
-        total: list[Tensor | None] = [None] * len(params)
-        for i in reversed(range(len(subs))):
-            lam, grads = self._substep_vjp(subs[i], states[i], states[i + 1], lam, params, n)
-            total = [a if b is None else b if a is None else a + b for a, b in zip(total, grads)]
+                solved.append(self.solve_step(sub, states[-1], n))
+                states.append(_output(solved[-1], y.shape[-1] // 2))
+        lam, total = self._substep_vjp(subs[-1], states[-1], y_next, lam, params, n)
+        for sub, start, X in zip(reversed(subs[:-1]), reversed(states[:-1]), reversed(solved)):
+            lam, grads = self.adjoint(sub, start, X, lam, params)
+            total = _sum_grads(total, grads)
         return lam, total
 
     def _substep_vjp(
@@ -621,10 +620,12 @@ class Rattle:
             early = torch.autograd.grad(
                 [ph, q1, g(q1)], [y_, *params], [a_ph, a_q1, w], allow_unused=True
             )
-        grads = [early[0]]
-        for x, z in zip(early[1:], late[2:]):
-            grads.append(x if z is None else z if x is None else x + z)
-        return grads[0], list(grads[1:])
+        return early[0], _sum_grads(list(early[1:]), list(late[2:]))
+
+
+def _sum_grads(a: list[Tensor | None], b: list[Tensor | None]) -> list[Tensor | None]:
+    """a + b per parameter, None counting as zero (autograd's unused parameter)."""
+    return [x if z is None else z if x is None else x + z for x, z in zip(a, b)]
 
 
 def _output(X: Tensor, d: int) -> Tensor:
