@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 
-.PHONY: install test lint format demo example-data bench bench-train-time figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum clean
+.PHONY: install test lint format demo example-data bench bench-train-time figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum table-chain clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -210,6 +210,13 @@ chain-pendulum: install
 	      eval.rollout_steps=100 eval.out_dir=$(CHAIN_OUT)$$N/$${run}$(CHAIN_TAG)/seed$$k/eval_3s || exit 1; fi; \
 	  done; \
 	done; done
+	$(MAKE) --no-print-directory -o install table-chain
+
+# the table of every run under $(CHAIN_OUT)* beside the reference's (results/table_chain.{csv,md}),
+# each run read from its 3 s evaluation: eval/, or eval_3s/ when the test trajectories are longer
+CHAIN_EVAL_DIR ?= $(if $(filter 100,$(CHAIN_TEST_STEPS)),eval,eval_3s)
+table-chain: install
+	$(PY) -m hnnsym.table_chain 'report.runs=$(CHAIN_OUT)*' report.eval_dir=$(CHAIN_EVAL_DIR)
 
 clean:
 	rm -rf outputs data/*/ .pytest_cache

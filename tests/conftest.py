@@ -1,17 +1,21 @@
-"""Shared fixtures: composing the repo's Hydra configs, and small valid data files."""
+"""Shared fixtures: composing the repo's Hydra configs, small valid data files, and run dirs made
+by hand (for the reporting stages)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 import hnnsym
+from hnnsym.artifacts import write_text
 from hnnsym.config.build import build_optimizer, build_scheduler
 from hnnsym.data.hdf5 import Split, write_dataset
 from hnnsym.physics.models import HNN
@@ -112,3 +116,56 @@ def tiny_trainer(cfg, loss, run_dir: Path):
         TrainData(data, data[:4, :7].transpose(0, 1), torch.Generator().manual_seed(0)),
         TrainOptions.from_config(cfg.train), run_dir, {"model_config": {}},
     )  # fmt: skip
+
+
+@pytest.fixture
+def make_run(tmp_path, compose_config):
+    """make_run(overrides, seed, val_losses, metrics=None, eval_epoch=None, root="runs", ...) writes
+    a run dir like train + evaluate would (metrics None: not evaluated; the evaluation's rollout
+    integrator config, the data's number of training trajectories and the eval dir as given) and
+    returns it."""
+
+    def _make(
+        overrides: list[str],
+        seed: int,
+        val_losses: list[float] | None = (3.0, 2.0, 2.5),
+        metrics: dict | None = None,
+        eval_epoch: int | None = None,
+        root: str = "runs",
+        eval_config: dict | None = None,
+        rollout_integrator: dict | None = None,
+        n_train: int | None = None,
+        eval_dir: str = "eval",
+    ) -> Path:
+        cfg = compose_config(
+            "train", [*overrides, f"seed={seed}", f"run_dir={tmp_path / root}/${{run_name}}"]
+        )
+        container = OmegaConf.to_container(cfg, resolve=True)
+        run_dir = Path(container["run_dir"])
+        write_text(run_dir / "config.yaml", OmegaConf.to_yaml(container))
+        if val_losses is None:
+            return run_dir
+        n = len(val_losses)
+        history = pd.DataFrame({
+            "epoch": range(1, n + 1), "train_loss": np.linspace(5, 1, n), "val_loss": val_losses,
+            "lr": 0.01, "epoch_time": 1.5, "wall_time": 1.5 * np.arange(1, n + 1),
+            "solver_unconverged": [0] * (n - 1) + [2],
+        })  # fmt: skip
+        write_text(run_dir / "metrics.csv", history.to_csv(index=False))
+        if metrics is not None:
+            best_epoch = int(np.argmin(val_losses)) + 1
+            payload = {
+                **metrics,
+                "rollout_integrator": (rollout_integrator or container["integrator"])["name"],
+                "rollout_failures": [],
+                "checkpoint": {"which": "best", "epoch": eval_epoch or best_epoch},
+                "data": {"train_trajectories": n_train},
+                "config": {
+                    "eval": eval_config or {"checkpoint": "best", "figures": True},
+                    "integrator": rollout_integrator or container["integrator"],
+                },
+            }
+            write_text(run_dir / eval_dir / "metrics.json", json.dumps(payload))
+        return run_dir
+
+    return _make

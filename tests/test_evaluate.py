@@ -166,6 +166,7 @@ def test_cli_end_to_end(data_dir, tmp_path):
     assert len(metrics["files"]["figures"]) == 5
     assert metrics["files"]["dir"] == str(out) and metrics["rollout_reference"] == "clean"
     assert metrics["data"]["clean"] and metrics["data"]["noise_std"] == 0.01
+    assert metrics["data"]["train_trajectories"] == 12  # the file's, for the tables' grouping
     assert "eval.rollout_steps=30" in metrics["overrides"]  # the provenance Hydra's .hydra/ held
     # Hydra writes no .hydra/ (a refused evaluation would rewrite it), nor into the train run's
     assert not (out / ".hydra").exists() and not (run_dir / ".hydra").exists()

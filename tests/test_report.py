@@ -5,7 +5,6 @@ independently here."""
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
@@ -14,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from omegaconf import OmegaConf
 
 from hnnsym.artifacts import write_text
 from hnnsym.errors import UserError
@@ -24,50 +22,6 @@ from hnnsym.reporting.tables import aggregate, choose_keys, to_latex
 
 METRICS = ["h_l1", "vf_rel", "best_val_loss"]
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def make_run(tmp_path, compose_config):
-    """make_run(overrides, seed, val_losses, metrics=None, eval_epoch=None, root="runs") writes a
-    run dir like train + evaluate would (metrics None: not evaluated) and returns it."""
-
-    def _make(
-        overrides: list[str],
-        seed: int,
-        val_losses: list[float] | None = (3.0, 2.0, 2.5),
-        metrics: dict | None = None,
-        eval_epoch: int | None = None,
-        root: str = "runs",
-        eval_config: dict | None = None,
-    ) -> Path:
-        cfg = compose_config(
-            "train", [*overrides, f"seed={seed}", f"run_dir={tmp_path / root}/${{run_name}}"]
-        )
-        container = OmegaConf.to_container(cfg, resolve=True)
-        run_dir = Path(container["run_dir"])
-        write_text(run_dir / "config.yaml", OmegaConf.to_yaml(container))
-        if val_losses is None:
-            return run_dir
-        n = len(val_losses)
-        history = pd.DataFrame({
-            "epoch": range(1, n + 1), "train_loss": np.linspace(5, 1, n), "val_loss": val_losses,
-            "lr": 0.01, "epoch_time": 1.5, "wall_time": 1.5 * np.arange(1, n + 1),
-            "solver_unconverged": [0] * (n - 1) + [2],
-        })  # fmt: skip
-        write_text(run_dir / "metrics.csv", history.to_csv(index=False))
-        if metrics is not None:
-            best_epoch = int(np.argmin(val_losses)) + 1
-            payload = {
-                **metrics,
-                "rollout_integrator": container["integrator"]["name"],
-                "rollout_failures": [],
-                "checkpoint": {"which": "best", "epoch": eval_epoch or best_epoch},
-                "config": {"eval": eval_config or {"checkpoint": "best", "figures": True}},
-            }
-            write_text(run_dir / "eval" / "metrics.json", json.dumps(payload))
-        return run_dir
-
-    return _make
 
 
 def grid_of_runs(make_run, rng: np.random.Generator, seeds=(0, 1, 2)) -> dict:

@@ -226,6 +226,7 @@ class ReportSchema:
     plot: list[str] | None = MISSING
     hue: str | None = MISSING
     digits: int = MISSING
+    eval_dir: str = MISSING
 
 
 # Each stage's sections (top-level keys of its composed config) and their schemas.

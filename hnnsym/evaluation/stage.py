@@ -405,6 +405,7 @@ def evaluate(cfg: DictConfig) -> dict:
             "checkpoint_sha256": payload.get("data_sha256"),
             "obs_dt": obs_dt,
             "test_trajectories": n,
+            "train_trajectories": data.attrs.get("n_train"),
             "clean": reference == "clean",
             "made_by_generate": made_by_generate(data.attrs),
             "noise_std": data.attrs.get("noise_std"),

@@ -49,10 +49,12 @@ def build_report(
     ignore: Iterable[str] = (),
     plot: Sequence[str] = (),
     hue: str | None = None,
+    eval_dir: str = "eval",
 ) -> Report:
-    """Find and read the runs, check the requested metrics and keys, choose the grouping keys
-    (``group_by`` None: ``choose_keys``) and aggregate the complete runs."""
-    runset = load_runs(patterns)
+    """Find and read the runs (their evaluation in ``eval_dir``), check the requested metrics and
+    keys, choose the grouping keys (``group_by`` None: ``choose_keys``) and aggregate the complete
+    runs."""
+    runset = load_runs(patterns, eval_dir)
     complete = runset.complete
     if complete.empty:
         raise UserError(

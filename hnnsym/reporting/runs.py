@@ -22,7 +22,7 @@ from hnnsym.errors import UserError
 
 RUN_CONFIG = "config.yaml"
 TRAIN_METRICS = "metrics.csv"
-EVAL_METRICS = "eval/metrics.json"
+EVAL_METRICS_FILE = "metrics.json"  # in the run's eval dir (eval/ unless told)
 # The training summary taken from metrics.csv (see ``train_summary``).
 TRAIN_KEYS = (
     "epochs", "train_loss", "val_loss", "best_val_loss", "best_epoch", "time_to_best",
@@ -141,11 +141,13 @@ def train_summary(history: pd.DataFrame) -> dict:
     }
 
 
-def load_run(run_dir: Path) -> tuple[dict, dict, dict]:
+def load_run(run_dir: Path, eval_dir: str = "eval") -> tuple[dict, dict, dict]:
     """(status and note, flattened config, results) of one run. Results are the training summary
-    and the numeric eval metrics (JSON null, a non-finite value, becomes NaN); the evaluation's own
-    settings join the config as ``eval.*``, so that they group too. ValueError if config.yaml
-    cannot be read."""
+    and the numeric metrics of the evaluation in ``run_dir/eval_dir`` (JSON null, a non-finite
+    value, becomes NaN); the evaluation's own settings join the config as ``eval.*``, its
+    integrator (the rollout's) as ``eval.integrator.*`` and the data file's number of training
+    trajectories as ``data.n_train``, so that they group too. ValueError if config.yaml cannot be
+    read."""
     try:
         config = OmegaConf.to_container(OmegaConf.load(run_dir / RUN_CONFIG), resolve=False)
     except Exception as err:  # YAML and OmegaConf raise many kinds
@@ -161,19 +163,26 @@ def load_run(run_dir: Path) -> tuple[dict, dict, dict]:
         return status("no metrics", "training has not finished an epoch")
     except (ValueError, KeyError, pd.errors.ParserError) as err:  # EmptyDataError is a ValueError
         return status("no metrics", f"{TRAIN_METRICS}: {_first_line(err)}")
-    eval_path = run_dir / EVAL_METRICS
+    eval_path = run_dir / eval_dir / EVAL_METRICS_FILE
+    shown = f"{eval_dir}/{EVAL_METRICS_FILE}"
     if not eval_path.exists():
-        return status("no eval", f"not evaluated: {evaluate_command(config)}")
+        where = "" if eval_dir == "eval" else f" into {eval_dir}/ (eval.out_dir)"
+        return status("no eval", f"not evaluated{where}: {evaluate_command(config)}")
     try:
         metrics = json.loads(eval_path.read_text())
         if not isinstance(metrics, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as err:
-        return status("no eval", f"{EVAL_METRICS}: {_first_line(err)}")
+        return status("no eval", f"{shown}: {_first_line(err)}")
     for key, value in metrics.items():
         if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
             results[key] = math.nan if value is None else float(value)
-    flat.update(flatten({"eval": (metrics.get("config") or {}).get("eval") or {}}))
+    used = metrics.get("config") or {}
+    rollout = {"integrator": used["integrator"]} if used.get("integrator") else {}
+    flat.update(flatten({"eval": {**(used.get("eval") or {}), **rollout}}))
+    n_train = (metrics.get("data") or {}).get("train_trajectories")
+    if n_train is not None:  # the data file's, which generate.n_train need not be
+        flat["data.n_train"] = n_train
     checkpoint = metrics.get("checkpoint") or {}
     which = checkpoint.get("which", "best")
     expected = results["best_epoch"] if which == "best" else results["epochs"]
@@ -224,8 +233,9 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def load_runs(patterns: str | Iterable[str]) -> RunSet:
-    """Find and read every run (UserError when none is found)."""
+def load_runs(patterns: str | Iterable[str], eval_dir: str = "eval") -> RunSet:
+    """Find and read every run, with the evaluation in each run's ``eval_dir`` (UserError when
+    none is found)."""
     dirs, notes = find_runs(patterns)
     if not dirs:
         shown = patterns if isinstance(patterns, str) else ", ".join(map(str, patterns))
@@ -236,7 +246,7 @@ def load_runs(patterns: str | Iterable[str]) -> RunSet:
     rows, config_keys, metric_keys = [], {}, {}
     for run_dir in dirs:
         try:
-            status, config, results = load_run(run_dir)
+            status, config, results = load_run(run_dir, eval_dir)
         except ValueError as err:
             notes.append(f"skipped: {err}")
             continue

@@ -1,7 +1,8 @@
 """The reporting stages, everything but Hydra: ``report(cfg)`` (``python -m hnnsym.report``),
-``table1(cfg)`` (``python -m hnnsym.table1``) and ``table_ddlm(cfg)`` (``python -m
-hnnsym.table_ddlm``), all reading the ``report`` section of ``conf/report.yaml``: check it,
-aggregate the runs, write the files, print the table."""
+``table1(cfg)`` (``python -m hnnsym.table1``), ``table_ddlm(cfg)`` (``python -m
+hnnsym.table_ddlm``) and ``table_chain(cfg)`` (``python -m hnnsym.table_chain``), all reading the
+``report`` section of ``conf/report.yaml``: check it, aggregate the runs, write the files, print
+the table."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hnnsym.config.schemas import validated
 from hnnsym.errors import UserError
+from hnnsym.reporting import table_chain as chain
 from hnnsym.reporting.report import build_report, write_report
 from hnnsym.reporting.table1 import (
     at_paper_noise,
@@ -39,25 +41,32 @@ def config_names(value, key: str) -> list[str] | None:
     return value
 
 
-def checked_runs_and_digits(r: DictConfig) -> tuple[list[str], int]:
-    """The ``report.runs`` patterns and ``report.digits`` of a report config, checked."""
+def checked_runs_and_digits(r: DictConfig) -> tuple[list[str], int, str]:
+    """The ``report.runs`` patterns, ``report.digits`` and ``report.eval_dir`` of a report config,
+    checked."""
     if isinstance(r.digits, bool) or not isinstance(r.digits, int) or r.digits < 1:
         raise UserError(f"report.digits must be a whole number >= 1, got {r.digits!r}")
     runs = config_names(r.runs, "runs")
     if not runs:
         raise UserError("report.runs is empty; give run dirs or globs, e.g. report.runs=outputs")
-    return runs, int(r.digits)
+    eval_dir = str(r.eval_dir)
+    if not eval_dir or "/" in eval_dir or eval_dir in (".", ".."):
+        raise UserError(
+            f"report.eval_dir must be the name of a directory in each run dir, got {r.eval_dir!r}"
+        )
+    return runs, int(r.digits), eval_dir
 
 
 def report(cfg: DictConfig) -> None:
     """One table (CSV / Markdown / LaTeX) and figure from many runs, into ``report.out_dir``."""
     r = validated(cfg, "report", common=False).report
-    runs, digits = checked_runs_and_digits(r)
+    runs, digits, eval_dir = checked_runs_and_digits(r)
     if not str(r.name) or "/" in str(r.name):
         raise UserError(f"report.name must be a file name without '/', got {r.name!r}")
     rep = build_report(
         runs, config_names(r.metrics, "metrics") or [], config_names(r.group_by, "group_by"),
         config_names(r.ignore, "ignore") or [], config_names(r.plot, "plot") or [], r.hue,
+        eval_dir,
     )  # fmt: skip
     paths = write_report(rep, r.out_dir, str(r.name), digits)
     for note in rep.notes:
@@ -71,8 +80,8 @@ def table1(cfg: DictConfig) -> None:
     """Table 1 beside the paper's numbers (and the noise sweep when the runs span noise levels),
     into ``report.out_dir``."""
     r = cfg.report
-    runs, digits = checked_runs_and_digits(r)
-    found, keys, notes = load_method_runs(runs, config_names(r.ignore, "ignore") or [])
+    runs, digits, eval_dir = checked_runs_and_digits(r)
+    found, keys, notes = load_method_runs(runs, config_names(r.ignore, "ignore") or [], eval_dir)
     table = make_table1(at_paper_noise(found), keys)
     paths = write_table1(table, r.out_dir, digits, notes)
     if spans_noise(found):
@@ -87,10 +96,22 @@ def table1(cfg: DictConfig) -> None:
 def table_ddlm(cfg: DictConfig) -> None:
     """Seed 002's Tables 2 and 3 beside the paper's numbers, into ``report.out_dir``."""
     r = cfg.report
-    runs, digits = checked_runs_and_digits(r)
-    table, notes = build_table(runs)
+    runs, digits, eval_dir = checked_runs_and_digits(r)
+    table, notes = build_table(runs, eval_dir)
     paths = write_table(table, r.out_dir, digits, notes)
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
     print(to_markdown(table, list(DDLM_COLUMNS), digits, DDLM_COLUMNS, DDLM_PUBLISHED))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+
+
+def table_chain(cfg: DictConfig) -> None:
+    """Seed 004's chain-pendulum table beside the reference's numbers, into ``report.out_dir``."""
+    r = cfg.report
+    runs, digits, eval_dir = checked_runs_and_digits(r)
+    table, notes = chain.build_table(runs, eval_dir)
+    paths = chain.write_table(table, r.out_dir, digits, notes)
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
+    print(chain.markdown_table(table, digits))
     print("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -197,12 +197,12 @@ def write_table1(
 
 
 def load_method_runs(
-    patterns: str | Iterable[str], ignore: Iterable[str] = ()
+    patterns: str | Iterable[str], ignore: Iterable[str] = (), eval_dir: str = "eval"
 ) -> tuple[pd.DataFrame, list[str], list[str]]:
     """(the complete runs of Table 1's SYSTEMS found in ``patterns`` with their ``method``, the
     config keys besides system/method/noise that vary within a method, notes on incomplete, mixed
     or left-out runs)."""
-    runset = load_runs(patterns)
+    runset = load_runs(patterns, eval_dir)
     notes = list(runset.notes)
     if not len(runset.complete):
         notes.append("no evaluated runs: only the paper's numbers are shown")

@@ -131,9 +131,11 @@ def write_table(
     return paths
 
 
-def build_table(patterns: str | Iterable[str]) -> tuple[pd.DataFrame, list[str]]:
+def build_table(
+    patterns: str | Iterable[str], eval_dir: str = "eval"
+) -> tuple[pd.DataFrame, list[str]]:
     """(make_table of the complete position-only runs found in ``patterns``, notes)."""
-    runset = load_runs(patterns)
+    runset = load_runs(patterns, eval_dir)
     notes = list(runset.notes)
     runs = runset.complete
     if len(runs):
