@@ -32,9 +32,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from hnnsym.artifacts import write_text
 from hnnsym.reporting.runs import load_runs, method_names
-from hnnsym.reporting.tables import aggregate, beside_published, to_csv, to_markdown
+from hnnsym.reporting.tables import (
+    aggregate,
+    beside_published,
+    to_markdown,
+    write_csv_and_markdown,
+)
 
 # system.name -> the table's system (angle coordinates: the same chain)
 SYSTEMS = {
@@ -200,11 +204,7 @@ def write_table(
     table: pd.DataFrame, out_dir: str | Path, digits: int = 3, notes: Sequence[str] = ()
 ) -> dict[str, Path]:
     """``table_chain.csv`` (numbers) and ``table_chain.md`` in out_dir, each atomically."""
-    out_dir = Path(out_dir)
-    paths = {ext: out_dir / f"table_chain.{ext}" for ext in ("csv", "md")}
-    write_text(paths["csv"], to_csv(table))
-    write_text(paths["md"], markdown(table, digits, notes))
-    return paths
+    return write_csv_and_markdown(table, out_dir, "table_chain", markdown(table, digits, notes))
 
 
 def build_table(

@@ -21,9 +21,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from hnnsym.artifacts import write_text
 from hnnsym.reporting.runs import load_runs, method_names
-from hnnsym.reporting.tables import aggregate, beside_published, to_csv, to_markdown
+from hnnsym.reporting.tables import (
+    aggregate,
+    beside_published,
+    to_markdown,
+    write_csv_and_markdown,
+)
 
 SYSTEMS = ("mass_spring", "pendulum", "two_body")
 # table label -> method name (conf/method/<name>.yaml)
@@ -124,11 +128,7 @@ def write_table(
     table: pd.DataFrame, out_dir: str | Path, digits: int = 3, notes: Sequence[str] = ()
 ) -> dict[str, Path]:
     """``table_ddlm.csv`` (numbers) and ``table_ddlm.md`` in out_dir, each atomically."""
-    out_dir = Path(out_dir)
-    paths = {ext: out_dir / f"table_ddlm.{ext}" for ext in ("csv", "md")}
-    write_text(paths["csv"], to_csv(table))
-    write_text(paths["md"], markdown(table, digits, notes))
-    return paths
+    return write_csv_and_markdown(table, out_dir, "table_ddlm", markdown(table, digits, notes))
 
 
 def build_table(

@@ -15,10 +15,12 @@ An aggregated table (``aggregate``) has the key columns, ``n``, ``seeds`` and ``
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from hnnsym.artifacts import write_text
 from hnnsym.errors import UserError
 from hnnsym.reporting.runs import GROUPS, IDENTITY_KEYS
 
@@ -197,6 +199,17 @@ def to_latex(
     styler = styler.format(escape="latex", subset=text_columns).format_index(escape="latex", axis=1)
     align = "l" * len(text_columns) + "r" * (len(table.columns) - len(text_columns))
     return styler.to_latex(hrules=True, column_format=align, caption=caption or None)
+
+
+def write_csv_and_markdown(
+    table: pd.DataFrame, out_dir: str | Path, name: str, markdown: str
+) -> dict[str, Path]:
+    """``<name>.csv`` (the table's numbers, ``to_csv``) and ``<name>.md`` (``markdown``) in
+    out_dir, each written atomically."""
+    paths = {ext: Path(out_dir) / f"{name}.{ext}" for ext in ("csv", "md")}
+    write_text(paths["csv"], to_csv(table))
+    write_text(paths["md"], markdown)
+    return paths
 
 
 def to_csv(table: pd.DataFrame) -> str:
