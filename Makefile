@@ -156,9 +156,9 @@ table-ddlm-two-body: install
 # number of bobs (no angle-coordinate version: no hnn)
 CHAIN_SYSTEM ?= chain_pendulum
 CHAIN_SIZE = $(if $(filter coupled_pendulum,$(CHAIN_SYSTEM)),bobs,links)
-CHAIN_LINKS ?= 3
-CHAIN_SEEDS ?= 0
-CHAIN_EPOCHS ?= 300
+CHAIN_LINKS ?= 1 2 3 4 5
+CHAIN_SEEDS ?= 0 1 2
+CHAIN_EPOCHS ?= 100
 CHAIN_MODELS ?= chnn clnn $(if $(filter chain_pendulum,$(CHAIN_SYSTEM)),hnn) node
 # (also chnn_rattle: CHNN trained and rolled out by RATTLE at h = dt/2 with the symplectic adjoint,
 # and chnn_rattle4: by RATTLE composed to order 4 (integrator.composition=suzuki, five substeps) at

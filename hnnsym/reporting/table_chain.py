@@ -164,9 +164,10 @@ def make_table(runs: pd.DataFrame) -> pd.DataFrame:
         _system=table["system"].map({"chain_pendulum": 0}).fillna(1),
         _noise=table["noise"].map({"none": 0}).fillna(1),
         _model=base.map(models).fillna(len(models)),
+        _floor=table["model"] == FLOOR,  # last in its group, as the reference's column
     )
-    order = ["_system", "system", "N", "_noise", "noise", "trajectories", "horizon", "epochs",
-             "_model", "model"]  # fmt: skip
+    order = ["_system", "system", "N", "_noise", "noise", "trajectories", "horizon", "_floor",
+             "epochs", "_model", "model"]  # fmt: skip
     table = table.sort_values(order, kind="stable", na_position="first")
     stats = [f"{m}_{s}" for m in COLUMNS for s in ("mean", "std")]
     return table[[*KEYS, "n", "seeds", *stats]].reset_index(drop=True)
