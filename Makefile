@@ -215,8 +215,10 @@ chain-pendulum: install
 # the table of every run under $(CHAIN_OUT)* beside the reference's (results/table_chain.{csv,md}),
 # each run read from its 3 s evaluation: eval/, or eval_3s/ when the test trajectories are longer
 CHAIN_EVAL_DIR ?= $(if $(filter 100,$(CHAIN_TEST_STEPS)),eval,eval_3s)
+CHAIN_RESULTS ?= results
 table-chain: install
-	$(PY) -m hnnsym.table_chain 'report.runs=$(CHAIN_OUT)*' report.eval_dir=$(CHAIN_EVAL_DIR)
+	$(PY) -m hnnsym.table_chain 'report.runs=$(CHAIN_OUT)*' report.eval_dir=$(CHAIN_EVAL_DIR) \
+	  report.out_dir=$(CHAIN_RESULTS)
 
 clean:
 	rm -rf outputs data/*/ .pytest_cache

@@ -15,6 +15,8 @@ import pytest
 
 from hnnsym.reporting.table_chain import REFERENCE, build_table
 
+REPO = Path(__file__).resolve().parent.parent
+
 CHAIN = ["system=chain_pendulum", "system.params.links=2", "noise=none", "train.epochs=3"]
 ANGLES = ["system=chain_pendulum_angles", "system.params.links=2", "noise=none",
           "train.epochs=3", "model=hnn", "integrator=rk4", "gradient=backprop"]  # fmt: skip
@@ -154,3 +156,20 @@ def test_cli_writes_the_table_and_refuses_a_bad_eval_dir(chain_grid, tmp_path):
     )  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
     assert "report.eval_dir" in bad.stderr and not (tmp_path / "bad").exists()
+
+
+def test_make_table_chain_reads_the_runs_below_the_prefix(chain_grid, tmp_path):
+    """The Makefile target (the last step of make chain-pendulum): runs under $(CHAIN_OUT)*, each
+    read from eval/ at the 3 s test trajectories, eval_3s/ with longer ones."""
+    out = tmp_path / "results"
+    make = ["make", "-o", "install", "table-chain", f"PY={sys.executable}",
+            f"CHAIN_OUT={tmp_path}/ru", f"CHAIN_RESULTS={out}"]  # fmt: skip
+    proc = subprocess.run(make, capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert "report.eval_dir=eval " in proc.stdout
+    assert row(pd.read_csv(out / "table_chain.csv"), N=2, model="NODE", trajectories=800)["n"] == 3
+    proc = subprocess.run(
+        [*make, "CHAIN_TEST_STEPS=1000"], capture_output=True, text=True, cwd=REPO
+    )
+    assert proc.returncode == 0 and "report.eval_dir=eval_3s " in proc.stdout, proc.stderr
+    assert set(pd.read_csv(out / "table_chain.csv")["n"]) == {0}  # no eval_3s/ in these runs
