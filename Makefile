@@ -180,10 +180,9 @@ CHAIN_TRAIN = train.epochs=$(CHAIN_EPOCHS) train.window=4 train.batch_size=200 t
 
 chain-pendulum: install
 	@echo "chain-pendulum: $(CHAIN_SYSTEM), $(CHAIN_MODELS) for N in $(CHAIN_LINKS), seeds $(CHAIN_SEEDS), noise $(CHAIN_NOISE),"
-	@echo "  $(CHAIN_EPOCHS) epochs (the reference: 2000). Measured, one seed, on the shared 2-core machine"
-	@echo "  (README): N = 3 at 300 epochs: data 7 min, CHNN 23 min, HNN 18 min, NODE 9 min;"
-	@echo "  N = 1, 2, 4, 5 at 100 epochs (CHAIN_LINKS=\"1 2 4 5\" CHAIN_EPOCHS=100): 0.4-1.5 min CPU per training"
-	@echo "  N = 2 at 2000 epochs: CHNN 23 min CPU, chnn_rattle 31 min"
+	@echo "  $(CHAIN_EPOCHS) epochs (the reference: 2000). Measured on a 2-core machine (README): the default"
+	@echo "  grid (N = 1-5, 4 models, 3 seeds, 100 epochs) 64 min CPU, 44 min wall as two make processes;"
+	@echo "  N = 2 at 2000 epochs: CHNN 23 min CPU, chnn_rattle 31 min, chnn_rattle4 56 min"
 	for N in $(CHAIN_LINKS); do for k in $(CHAIN_SEEDS); do \
 	  for s in $(CHAIN_SYSTEM) $(if $(filter chain_pendulum,$(CHAIN_SYSTEM)),chain_pendulum_angles); do \
 	    test -f $(CHAIN_DATA)$$N/$$s/$(CHAIN_NOISE)/seed$$k.h5 || $(PY) -m hnnsym.generate system=$$s \
