@@ -166,8 +166,13 @@ def load_run(run_dir: Path, eval_dir: str = "eval") -> tuple[dict, dict, dict]:
     eval_path = run_dir / eval_dir / EVAL_METRICS_FILE
     shown = f"{eval_dir}/{EVAL_METRICS_FILE}"
     if not eval_path.exists():
-        where = "" if eval_dir == "eval" else f" into {eval_dir}/ (eval.out_dir)"
-        return status("no eval", f"not evaluated{where}: {evaluate_command(config)}")
+        if eval_dir == "eval":
+            return status("no eval", f"not evaluated: {evaluate_command(config)}")
+        return status(
+            "no eval",
+            f"not evaluated into {eval_dir}/: {evaluate_command(config)} "
+            f"eval.out_dir={run_dir / eval_dir}",
+        )
     try:
         metrics = json.loads(eval_path.read_text())
         if not isinstance(metrics, dict):
