@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import os
 import platform
@@ -48,6 +49,19 @@ def atomic_path(path: str | os.PathLike, replace: bool = True) -> Iterator[Path]
             os.link(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files ``atomic_path(path)`` left beside ``path`` when its process was
+    killed mid-write (``.<name>.<random>.tmp``). Only for a file whose writer is known to be gone
+    (the caller holds the directory, ``exclusive_dir``). Returns the paths removed."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    stale = [p for p in path.parent.glob(f".{glob.escape(path.name)}.*.tmp") if p.is_file()]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

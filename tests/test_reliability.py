@@ -331,6 +331,26 @@ def test_training_is_deterministic_and_survives_sigkill(tmp):
     assert not list((tmp / "c").rglob("*.tmp"))
 
 
+def test_a_resumed_run_removes_the_temporaries_a_killed_write_left(tmp):
+    """SIGKILL during an atomic write leaves ``.<name>.<random>.tmp`` beside the file (the kill
+    above lands there only sometimes): the next train job in the run dir removes those of its own
+    files, and nothing else."""
+    epochs = ["train.epochs=2", "train.early_stop.patience=100"]
+    assert cli("train", tmp, *TINY_TRAIN, *epochs, run="c").returncode == 0
+    run = tmp / "c"
+    stale = [run / ".metrics.csv.k1l2m3.tmp", run / "checkpoints" / ".last.pt.a9b8c7.tmp",
+             run / "checkpoints" / ".best.pt.zz.tmp", run / ".config.yaml.q.tmp"]  # fmt: skip
+    kept = [run / ".notes.txt.x1.tmp", run / "eval" / ".metrics.json.y2.tmp"]
+    for path in stale + kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"partial")
+    resumed = cli("train", tmp, *TINY_TRAIN, "train.epochs=3", "train.resume=true", run="c")
+    assert resumed.returncode == 0, resumed.stderr
+    assert not any(path.exists() for path in stale)
+    assert all(path.exists() for path in kept)
+    assert "resuming" in resumed.stdout
+
+
 def test_ctrl_c_stops_cleanly_and_the_run_resumes(tmp):
     epochs = ["train.epochs=30", "train.early_stop.patience=100"]
     proc = cli("train", tmp, *TINY_TRAIN, *epochs, wait=False)

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from hnnsym.artifacts import exclusive_dir, write_text
+from hnnsym.artifacts import exclusive_dir, remove_stale_temporaries, write_text
 from hnnsym.config.build import build_model, build_optimizer, build_run_loss, build_scheduler
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
@@ -21,7 +21,13 @@ from hnnsym.ode.gradients import gradient_from_config
 from hnnsym.ode.integrators import integrator_from_config
 from hnnsym.physics.constrained import CONSTRAINED_SYSTEMS, coordinates_problem
 from hnnsym.physics.systems import MEASURED, system_from_config
-from hnnsym.training.checkpoints import load_checkpoint, provenance, resume_from
+from hnnsym.training.checkpoints import (
+    best_path,
+    last_path,
+    load_checkpoint,
+    provenance,
+    resume_from,
+)
 from hnnsym.training.losses import LearnedStarts, LossContext, data_problem
 from hnnsym.training.trainer import (
     TrainData,
@@ -101,6 +107,10 @@ def train(cfg: DictConfig) -> TrainResult:
         )
     run_dir = Path(cfg.run_dir)
     with exclusive_dir(run_dir, "train", _RUN_DIR_HINT):
+        # a run killed mid-write (SIGKILL, OOM) leaves its writes' temporaries: this job owns them
+        for written in (run_dir / "metrics.csv", run_dir / "config.yaml",
+                        last_path(run_dir), best_path(run_dir)):  # fmt: skip
+            remove_stale_temporaries(written)
         checkpoint = resume_from(run_dir, t.resume, t.overwrite)
         trainer = build_trainer(cfg, run_dir, trajectories, val, obs_dt, system.dim, data_file,
                                 {"name": system.name, "params": dict(system.params)})  # fmt: skip
