@@ -57,6 +57,14 @@ def checked_runs_and_digits(r: DictConfig) -> tuple[list[str], int, str]:
     return runs, int(r.digits), eval_dir
 
 
+def announce(notes: list[str], table: str, paths: dict) -> None:
+    """A table stage's output: its notes as warnings (stderr), the table, the files written."""
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
+    print(table)
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+
+
 def report(cfg: DictConfig) -> None:
     """One table (CSV / Markdown / LaTeX) and figure from many runs, into ``report.out_dir``."""
     r = validated(cfg, "report", common=False).report
@@ -87,10 +95,7 @@ def table1(cfg: DictConfig) -> None:
     if spans_noise(found):
         written = write_noise_sweep(noise_sweep(found, keys), r.out_dir, digits, keys)
         paths |= {f"noise {k}": v for k, v in written.items()}
-    for note in notes:
-        print(f"warning: {note}", file=sys.stderr)
-    print(table_markdown(table, digits))
-    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    announce(notes, table_markdown(table, digits), paths)
 
 
 def table_ddlm(cfg: DictConfig) -> None:
@@ -99,10 +104,9 @@ def table_ddlm(cfg: DictConfig) -> None:
     runs, digits, eval_dir = checked_runs_and_digits(r)
     table, notes = build_table(runs, eval_dir)
     paths = write_table(table, r.out_dir, digits, notes)
-    for note in notes:
-        print(f"warning: {note}", file=sys.stderr)
-    print(to_markdown(table, list(DDLM_COLUMNS), digits, DDLM_COLUMNS, DDLM_PUBLISHED))
-    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    announce(
+        notes, to_markdown(table, list(DDLM_COLUMNS), digits, DDLM_COLUMNS, DDLM_PUBLISHED), paths
+    )
 
 
 def table_chain(cfg: DictConfig) -> None:
@@ -111,7 +115,4 @@ def table_chain(cfg: DictConfig) -> None:
     runs, digits, eval_dir = checked_runs_and_digits(r)
     table, notes = chain.build_table(runs, eval_dir)
     paths = chain.write_table(table, r.out_dir, digits, notes)
-    for note in notes:
-        print(f"warning: {note}", file=sys.stderr)
-    print(chain.markdown_table(table, digits))
-    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    announce(notes, chain.markdown_table(table, digits), paths)

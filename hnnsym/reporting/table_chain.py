@@ -93,10 +93,15 @@ def _column(runs: pd.DataFrame, key: str) -> pd.Series:
     return runs[key] if key in runs else pd.Series(math.nan, index=runs.index)
 
 
+def _is_chain(runs: pd.DataFrame) -> pd.Series:
+    """Which runs of a ``load_runs`` frame are of the table's systems."""
+    return _column(runs, "system.name").isin(set(SYSTEMS))
+
+
 def chain_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The constrained-system runs of a ``load_runs`` frame with the table's key columns
     (``KEYS``) added; other systems' runs are left out."""
-    runs = runs[_column(runs, "system.name").isin(set(SYSTEMS))]
+    runs = runs[_is_chain(runs)]
     if not len(runs):
         return runs.assign(**{k: [] for k in KEYS})
     size = _column(runs, SIZE_KEYS[0]).fillna(_column(runs, SIZE_KEYS[1]))
@@ -124,8 +129,9 @@ def chain_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 def floor_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """One ``chaos floor`` row per data set (system, N, noise, horizon, seed): its floor as the
-    row's rel_err_gmean. Angle-coordinate runs are left out (their floor is of the angle file)."""
-    cartesian = runs[runs["system.name"] != "chain_pendulum_angles"]
+    row's rel_err_gmean. Angle-coordinate runs are left out (their floor is of the angle file):
+    a Cartesian run's system is its table system."""
+    cartesian = runs[runs["system.name"] == runs["system"]]
     cartesian = cartesian[cartesian["floor_rel_err_gmean"].notna()]
     by = ["system", "N", "noise", "trajectories", "horizon", "seed"]
     first = cartesian.sort_values("run_dir").groupby(by, as_index=False).first()
@@ -216,6 +222,6 @@ def build_table(
     runset = load_runs(patterns, eval_dir)
     notes = list(runset.notes)
     runs = runset.complete
-    if not len(chain_runs(runs)):
+    if not _is_chain(runs).any():
         notes.append("no evaluated chain or coupled-pendulum runs: only the reference is shown")
     return make_table(runs), notes
