@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hnnsym.ode.dynamics import FieldLinearization, vector_field
 from hnnsym.physics.models import ACTIVATIONS, HNN, SeparableHNN, has_closed_gradient
 
 F64 = torch.float64
@@ -53,3 +54,75 @@ def test_separable_closed_form_gradient(kinetic):
     torch.testing.assert_close(
         H.energy_gradient(y), autograd_gradient(H, y), rtol=1e-13, atol=1e-14
     )
+
+
+# ---- second order in closed form: what the symplectic adjoint's direct solve takes ------------
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_closed_form_hessian_and_parameter_vjp_are_autograds(activation, d):
+    """∇²H and ∂/∂θ Σ ν·∇H of ``MLPLinearization`` against autograd's double backward, to
+    rounding in float64; large inputs put softplus above its threshold and tanh near saturation."""
+    torch.manual_seed(d)
+    H = HNN(d, hidden=(8, 16, 8), activation=activation).double()
+    y = 3 * torch.randn(40, 2 * d, dtype=F64)
+    nu = torch.randn(40, 2 * d, dtype=F64)
+    closed = H.energy_linearization(y)
+    y_ = y.clone().requires_grad_(True)
+    grad = torch.autograd.grad(H(y_).sum(), y_, create_graph=True)[0]
+    hessian = torch.stack(
+        [torch.autograd.grad(grad[:, k].sum(), y_, retain_graph=True)[0] for k in range(2 * d)], 1
+    )
+    torch.testing.assert_close(closed.hessian, hessian, rtol=1e-12, atol=1e-13)
+    params = list(H.parameters())
+    expected = torch.autograd.grad((grad * nu).sum(), params, allow_unused=True)
+    got = closed.directional_gradient_vjp(nu)
+    assert len(got) == len(params)
+    for a, b in zip(got, expected, strict=True):
+        if b is None:  # the output bias does not enter ∇H
+            assert a is None
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+
+
+class _AutogradOnly(torch.nn.Module):
+    """The same H without its closed forms: FieldLinearization falls back to autograd."""
+
+    def __init__(self, H):
+        super().__init__()
+        self.H = H
+
+    def forward(self, y):
+        return self.H(y)
+
+
+def test_field_linearization_closed_form_equals_its_autograd_path():
+    """Df = J⁻¹∇²H and Σ μ·∂f/∂θ, closed form against the autograd path, with one parameter
+    frozen (the result lists the trainable ones only, in order)."""
+    torch.manual_seed(5)
+    H = HNN(2, hidden=(8, 8)).double()
+    H.net[2].weight.requires_grad_(False)
+    params = [p for p in H.parameters() if p.requires_grad]
+    y, mu = torch.randn(30, 4, dtype=F64), torch.randn(30, 4, dtype=F64)
+    closed = FieldLinearization(H, y, params)
+    generic = FieldLinearization(_AutogradOnly(H), y, params)
+    assert closed._closed is not None and generic._closed is None
+    torch.testing.assert_close(closed.jacobian, generic.jacobian, rtol=1e-12, atol=1e-13)
+    # f is per state, so its Jacobian over the batch is block diagonal: the blocks are Df
+    full = torch.autograd.functional.jacobian(lambda z: vector_field(H, z, True), y)
+    jac = torch.stack([full[m, :, m, :] for m in range(len(y))])
+    torch.testing.assert_close(closed.jacobian, jac, rtol=1e-12, atol=1e-13)
+    for a, b in zip(closed.param_vjp(mu), generic.param_vjp(mu), strict=True):
+        if b is None:
+            assert a is None
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_closed_form_linearization_only_where_the_parameter_lists_match():
+    """A subclass with parameters of its own (DissipativeHNN's damping) gets none: its parameter
+    gradients would not line up with the net's."""
+    from hnnsym.physics.dissipative import DissipativeHNN
+
+    y = torch.randn(5, 2, dtype=F64)
+    assert HNN(1).double().energy_linearization(y) is not None
+    assert DissipativeHNN(1).double().energy_linearization(y) is None

@@ -107,6 +107,33 @@ def test_meter_does_not_change_gradients():
         assert meter.peak > 0 and meter.current == 0, gradient
 
 
+def test_meter_counts_what_the_adjoint_keeps_outside_autograd(monkeypatch):
+    """The symplectic adjoint's closed-form linearisation of f (one chunk of 8 steps here) holds
+    plain tensors, no autograd graph: the meter counts them through hnnsym.ode.workspace, so its
+    peak is above the chunk's kept tensors, and would not be without the announcement."""
+    import hnnsym.ode.dynamics as dynamics
+
+    setting = Setting(system=OSCILLATOR, batch=16)
+    H = make_model(HNN, 1, 0).double()
+    params = list(H.parameters())
+    y0, target = make_inputs(setting, 8)
+    solve = make_solver(Method("symplectic_adjoint", "implicit_midpoint", HNN), H, 8, 0.01, {})
+
+    def peak() -> int:
+        with SavedTensorMeter(exclude=[*params, y0, target]) as meter:
+            iteration(solve, params, y0, target)
+        assert meter.current == 0
+        return meter.peak
+
+    # per stage state: a_0 (2), a_1, a_2 (16 + 32), then s, t·u, s·u of each layer, ∇²H and Df
+    per_state = 2 + 16 + 32 + 3 * (16 + 32 + 16) + 2 * 4
+    kept = 8 * 16 * per_state * 8  # 8 steps × batch 16 states, float64
+    counted = peak()
+    monkeypatch.setattr(dynamics, "hold", lambda tensors: [])
+    assert counted >= kept
+    assert peak() < kept / 10  # the kept states and the loss's saved difference, 4.6 kB
+
+
 # ---- configurations ----------------------------------------------------------------------------
 def test_unregistered_methods_are_skipped_with_a_note():
     entries = [

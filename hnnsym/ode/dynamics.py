@@ -20,6 +20,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from hnnsym.ode.workspace import hold
+
 Hamiltonian = Callable[[Tensor], Tensor]
 
 
@@ -82,3 +84,43 @@ def vector_field(H: Hamiltonian, y: Tensor, create_graph: bool | None = None) ->
         with torch.set_grad_enabled(create_graph):
             return own(y)
     return symplectic_gradient(hamiltonian_gradient(H, y, create_graph))
+
+
+class FieldLinearization:
+    """f linearised at M states y (M, n): its Jacobian Df (``jacobian``, (M, n, n), [m, k, l] =
+    ∂f_k/∂y_l) and, for cotangents μ (M, n), Σ_m μ_mᵀ ∂f(y_m)/∂θ per parameter (``param_vjp``).
+
+    For f = J⁻¹∇H with H's closed form ``H.energy_linearization(y)`` (the MLP Hamiltonians) both
+    come without autograd: Df = J⁻¹∇²H, and μ·f = ν·∇H with ν = (−μ_p, μ_q). Otherwise autograd
+    gives them: one graph of f, a VJP per unit cotangent for the rows, one VJP for θ."""
+
+    def __init__(self, H: Hamiltonian, y: Tensor, params: list[Tensor]):
+        self.params, self._H = params, H
+        closed = getattr(H, "energy_linearization", None)
+        with torch.no_grad():
+            self._closed = closed(y) if callable(closed) and hamiltonian_flow(H) else None
+            if self._closed is not None:  # rows of J⁻¹∇²H: [∂²H/∂p∂y, −∂²H/∂q∂y]
+                hessian = self._closed.hessian
+                self.jacobian = symplectic_gradient(hessian.transpose(1, 2)).transpose(1, 2)
+                self._held = hold([*self._closed.kept(), self.jacobian])
+                return
+        with torch.enable_grad():
+            self._y = y.detach().requires_grad_(True)
+            self._f = vector_field(H, self._y, create_graph=True)
+            eye = torch.eye(y.shape[-1], dtype=y.dtype, device=y.device)
+            rows = [
+                torch.autograd.grad(self._f, self._y, e.expand_as(self._f), retain_graph=True)[0]
+                for e in eye
+            ]
+        self.jacobian = torch.stack(rows, -2)
+
+    def param_vjp(self, mu: Tensor) -> list[Tensor | None]:
+        """Σ_m μ_mᵀ ∂f(y_m)/∂θ for each of ``params`` (None where f does not depend on it)."""
+        if self._closed is None:
+            return list(torch.autograd.grad(self._f, self.params, mu, allow_unused=True))
+        d = mu.shape[-1] // 2
+        with torch.no_grad():
+            nu = torch.cat([-mu[..., d:], mu[..., :d]], -1)
+            grads = self._closed.directional_gradient_vjp(nu)
+        # in the order of H.parameters(); ``params`` are the trainable ones, in that order
+        return [g for g, p in zip(grads, self._H.parameters()) if p.requires_grad]

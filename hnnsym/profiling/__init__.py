@@ -19,7 +19,9 @@ Memory is measured three ways, each defined so that it can be checked:
   trajectory is ready (what the gradient method itself keeps), ``saved_mb_forward`` when the loss
   is ready (what the forward pass leaves for backward); ``saved_mb_peak`` is the maximum over the
   forward *and* backward passes, so the graphs that the adjoint methods build inside their backward
-  (one step of stage equations at a time, or the augmented adjoint system) count too.
+  (one step of stage equations at a time, or the augmented adjoint system) count too, and so do
+  the tensors that the symplectic adjoint keeps outside autograd (a chunk's closed-form
+  linearisation of f, announced through ``hnnsym.ode.workspace``).
 - ``rss_mb`` (CPU): the peak resident set of a fresh Python subprocess running exactly one iteration,
   minus that process's resident set after imports, model, inputs and a tiny warm-up iteration
   (free heap returned by ``malloc_trim``; peak reset through ``/proc/self/clear_refs`` where Linux

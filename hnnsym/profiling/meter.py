@@ -8,6 +8,8 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from hnnsym.ode.workspace import listening
+
 MB = float(2**20)
 
 
@@ -50,9 +52,12 @@ class SavedTensorMeter:
 
     def __enter__(self) -> "SavedTensorMeter":
         self._hooks.__enter__()
+        self._workspace = listening(self._pack)
+        self._workspace.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._workspace.__exit__(*exc)
         self._hooks.__exit__(*exc)
 
     def mark(self) -> int:
