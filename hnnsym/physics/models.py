@@ -128,36 +128,28 @@ def mlp_gradient(net: nn.Sequential, x: Tensor) -> Tensor:
     return g
 
 
+def _activation_second_derivative(act: nn.Module) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    """σ''(z) as a function of (z, σ(z), σ'(z)) for the activations ``_activation_derivative``
+    knows (softplus: β σ'(1 − σ'), which is 0 where it is linear, as σ' = 1 there)."""
+    if isinstance(act, nn.Tanh):
+        return lambda z, a, s: torch.mul(a, s).mul_(-2)
+    if isinstance(act, Sin):
+        return lambda z, a, s: -a
+    if isinstance(act, nn.Softplus):
+        return lambda z, a, s: act.beta * s * (1 - s)
+    return lambda z, a, s: torch.exp(-0.5 * z * z) * (2 - z * z) / math.sqrt(2 * math.pi)
+
+
 def _activation_curvature(act: nn.Module) -> Callable[[Tensor], tuple[Tensor, Tensor, Tensor]]:
     """z -> (σ(z), σ'(z), σ''(z)) for an activation of ``mlp`` that ``_activation_derivative``
-    knows."""
-    if isinstance(act, nn.Tanh):
+    knows; z is a temporary that it may overwrite."""
+    slope, second = _activation_and_slope(act), _activation_second_derivative(act)
 
-        def tanh(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            a, s = _tanh_and_slope_values(z, overwrite=True)
-            return a, s, torch.mul(a, s).mul_(-2)
+    def curvature(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        a, s = slope(z)  # tanh's overwrites z, and its σ'' needs only σ and σ'
+        return a, s, second(None if isinstance(act, nn.Tanh) else z, a, s)
 
-        return tanh
-    if isinstance(act, Sin):
-        return lambda z: (a := torch.sin(z), torch.cos(z), -a)
-    if isinstance(act, nn.Softplus):
-        beta, threshold = act.beta, act.threshold
-
-        def softplus(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            linear, sig = z * beta > threshold, torch.sigmoid(z * beta)
-            return (
-                act(z),
-                torch.where(linear, 1.0, sig),
-                torch.where(linear, 0.0, beta * sig * (1 - sig)),
-            )
-
-        return softplus
-
-    def gelu(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        density = torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
-        return act(z), 0.5 * (1 + torch.erf(z / math.sqrt(2))) + z * density, density * (2 - z * z)
-
-    return gelu
+    return curvature
 
 
 class MLPLinearization:
@@ -204,7 +196,7 @@ class MLPLinearization:
         return [*self.inputs, *self.slopes, *self.ucurv, *self.chain, self.hessian]
 
     def _tangent(self, nu: Tensor) -> tuple[list[Tensor], list[Tensor]]:
-        """(ż_i, ȧ_{i−1}) for i = 1..L of tangents ν (..., M, n)."""
+        """(ż_i, ȧ_{i−1}) for i = 1..L, and ȧ_L, of tangents ν (M, n)."""
         z_dots, a_dots, a_dot = [], [], nu
         for lin, s in zip(self.linears, self.slopes):
             a_dots.append(a_dot)
@@ -263,11 +255,10 @@ class HNN(nn.Module):
         ``parameters()``), in closed form (None for an activation without one): what the
         symplectic adjoint's direct solve needs. None too for a subclass with parameters of its
         own (the damping of ``DissipativeHNN``), whose list would not be the net's."""
-        if not has_closed_gradient(self.net) or any(
-            not name.startswith("net.") for name, _ in self.named_parameters()
-        ):
+        own = next(self.parameters(recurse=False), None) is not None
+        if own or [n for n, _ in self.named_children()] != ["net"]:
             return None
-        return MLPLinearization(self.net, y)
+        return MLPLinearization(self.net, y) if has_closed_gradient(self.net) else None
 
 
 class SeparableHNN(nn.Module):
