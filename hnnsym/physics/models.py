@@ -162,8 +162,9 @@ class MLPLinearization:
     forward as ż_i = W_i ȧ_{i−1}, ȧ_i = s_i ż_i (ȧ_0 = ν) and back as r_L = t_L u_L ż_L,
     r_i = t_i u_i ż_i + s_i W_{i+1}ᵀ r_{i+1}: then ∇²H ν = W_1ᵀ r_1 and
     ∂/∂W_i Σ ν·∇H = (s_i u_i) ȧ_{i−1}ᵀ + r_i a_{i−1}ᵀ, ∂/∂b_i = r_i, ∂/∂w = ȧ_L (b_out: none).
-    The Hessian is that product for ν = each unit vector."""
+    The Hessian is that product for ν = each unit vector. Nothing here records a graph."""
 
+    @torch.no_grad()
     def __init__(self, net: nn.Sequential, x: Tensor):
         layers = list(net)
         self.linears = [lin for lin in layers[0:-1:2]]
@@ -216,6 +217,7 @@ class MLPLinearization:
             rs.insert(0, r)
         return rs
 
+    @torch.no_grad()
     def directional_gradient_vjp(self, nu: Tensor) -> list[Tensor | None]:
         """∂/∂θ Σ_m ν_m·∇H(x_m) for each of the net's ``parameters()``, in order (None for the
         output bias, on which ∇H does not depend)."""
