@@ -6,6 +6,7 @@ independently here."""
 from __future__ import annotations
 
 import math
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -13,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
 from hnnsym.artifacts import write_text
 from hnnsym.errors import UserError
 from hnnsym.reporting.report import build_report
-from hnnsym.reporting.runs import find_runs, load_runs, train_summary
+from hnnsym.reporting.runs import evaluate_command, find_runs, load_runs, train_summary
 from hnnsym.reporting.tables import aggregate, choose_keys, to_latex
 
 METRICS = ["h_l1", "vf_rel", "best_val_loss"]
@@ -206,3 +208,29 @@ def test_cli_without_runs_exits_2_with_one_line(tmp_path):
     err = proc.stderr.strip()
     assert err.startswith("error: no runs found in") and "\n" not in err, err
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["system=chain_pendulum", "system.params.links=2", "method=chnn"],
+        ["system=coupled_oscillator", "system.params.alpha=0.25"],
+        [
+            "system=custom",
+            "system.hamiltonian=\"p**2/2 + k*q**4/4 - 'c'*0 + q\"",
+            "+system.params.k=2.5",
+            "system.domain=[[-1.5,1.5],[-2.0,2.0]]",
+        ],
+    ],
+)
+def test_the_evaluate_command_rebuilds_the_runs_system(overrides, compose_config, tmp_path):
+    """The command a report prints for an unevaluated run, read back as a shell and Hydra read
+    it, composes evaluate's config with the run's own system: its parameters (a chain of 2 links,
+    not the default 3), its expression and its domain, not the group's defaults."""
+    train = compose_config("train", [*overrides, f"run_dir={tmp_path}/run a"])
+    config = OmegaConf.to_container(train, resolve=True)
+    words = shlex.split(evaluate_command(config))
+    assert words[:3] == ["python", "-m", "hnnsym.evaluate"]
+    evaluate = compose_config("evaluate", words[3:])
+    assert OmegaConf.to_container(evaluate.system, resolve=True) == config["system"]
+    assert evaluate.run_dir == f"{tmp_path}/run a" and evaluate.seed == train.seed

@@ -11,6 +11,8 @@ import glob
 import json
 import math
 import os
+import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,14 +225,56 @@ def method_names(runs: pd.DataFrame) -> pd.Series:
 
 
 def evaluate_command(config: dict) -> str:
-    """The ``python -m hnnsym.evaluate`` command for a run, from its resolved train config."""
+    """The ``python -m hnnsym.evaluate`` command for a run, from its resolved train config: the
+    groups it was made with, and the system's own settings (``++system.params.links=2``), which
+    evaluate needs to rebuild the system the checkpoint was trained on."""
     method, model = method_and_model(config)
     choices = {g: config[g]["name"] for g in GROUPS if isinstance(config.get(g), dict)}
     choices |= {k: v for k, v in (("method", method), ("model", model)) if v is not None}
     args = [f"{g}={choices[g]}" for g in GROUPS if g in choices]
-    args += [f"seed={config.get('seed')}", f"run_dir={config.get('run_dir')}"]
-    args += [f"data_file={config.get('data_file')}"]
+    system = config.get("system") if isinstance(config.get("system"), dict) else {}
+    # ++: set the key whether or not the group's defaults have it (a custom H's constants)
+    args += [_override(f"++system.{k}", v) for k, v in _leaves(system) if k != "name"]
+    args += [f"seed={config.get('seed')}", _override("run_dir", config.get("run_dir"))]
+    args += [_override("data_file", config.get("data_file"))]
     return "python -m hnnsym.evaluate " + " ".join(args)
+
+
+def _leaves(tree: dict, prefix: str = "") -> Iterable[tuple[str, object]]:
+    """(dotted key, value) of every non-dict value of a nested dict."""
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _override(key: str, value: object) -> str:
+    """``key=value`` as one shell word that Hydra's override grammar reads back as ``value``."""
+    return shlex.quote(f"{key}={_hydra_value(value)}")
+
+
+def _hydra_value(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(map(_hydra_value, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    if _BARE.fullmatch(text) and text.lower() not in ("null", "true", "false", "nan", "inf"):
+        try:
+            float(text)
+        except ValueError:
+            return text  # a path or a name: as it is
+    return '"' + text.replace('"', '\\"') + '"'
+
+
+_BARE = re.compile(r"[A-Za-z0-9_./+-]+")
 
 
 def _first_line(err: BaseException) -> str:
