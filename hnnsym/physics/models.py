@@ -144,10 +144,11 @@ def _activation_curvature(act: nn.Module) -> Callable[[Tensor], tuple[Tensor, Te
     """z -> (σ(z), σ'(z), σ''(z)) for an activation of ``mlp`` that ``_activation_derivative``
     knows; z is a temporary that it may overwrite."""
     slope, second = _activation_and_slope(act), _activation_second_derivative(act)
+    overwrites = isinstance(act, nn.Tanh)  # tanh's slope overwrites z; its σ'' needs only σ, σ'
 
     def curvature(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        a, s = slope(z)  # tanh's overwrites z, and its σ'' needs only σ and σ'
-        return a, s, second(None if isinstance(act, nn.Tanh) else z, a, s)
+        a, s = slope(z)
+        return a, s, second(None if overwrites else z, a, s)
 
     return curvature
 
@@ -168,7 +169,6 @@ class MLPLinearization:
     def __init__(self, net: nn.Sequential, x: Tensor):
         layers = list(net)
         self.linears = [lin for lin in layers[0:-1:2]]
-        self.out = layers[-1]
         # kept per layer i = 1..L: a_{i−1}, s_i, t_i u_i and s_i u_i, (M, width) each
         self.inputs, self.slopes, curvatures = [x], [], []
         a = x
@@ -180,7 +180,7 @@ class MLPLinearization:
         self.inputs.pop()  # a_L: not needed
         L = len(self.linears)
         self.ucurv, self.chain = [x] * L, [x] * L  # t_i u_i, s_i u_i
-        u = self.out.weight.expand(x.shape[0], -1)
+        u = layers[-1].weight.expand(x.shape[0], -1)
         for i in reversed(range(L)):
             self.ucurv[i], self.chain[i] = curvatures[i].mul_(u), self.slopes[i] * u
             if i > 0:

@@ -266,9 +266,9 @@ def _hydra_value(value: object) -> str:
     if isinstance(value, dict):
         return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
     text = str(value)
-    if _BARE.fullmatch(text) and text.lower() not in ("null", "true", "false", "nan", "inf"):
+    if _BARE.fullmatch(text) and text.lower() not in ("null", "true", "false"):
         try:
-            float(text)
+            float(text)  # "1e3", "nan", "inf": Hydra would read a number
         except ValueError:
             return text  # a path or a name: as it is
     return '"' + text.replace('"', '\\"') + '"'
