@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import tiny_trainer
+from stage_cli import assert_one_line_error, run_stage
 
 from hnnsym.errors import UserError
 
@@ -29,23 +30,13 @@ TINY_TRAIN = ["train.batch_size=32", "train.progress=false", "train.early_stop.p
 
 
 def cli(stage: str, tmp: Path, *overrides: str, run: str = "run", wait: bool = True):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("HYDRA_FULL_ERROR", None)
-    cmd = [sys.executable, "-m", f"hnnsym.{stage}", *SYSTEM, f"data_dir={tmp / 'data'}",
-           f"run_dir={tmp / run}", f"hydra.run.dir={tmp / 'hydra'}", *overrides]  # fmt: skip
+    paths = [f"data_dir={tmp / 'data'}", f"run_dir={tmp / run}", f"hydra.run.dir={tmp / 'hydra'}"]
     if not wait:
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        env.pop("HYDRA_FULL_ERROR", None)
+        cmd = [sys.executable, "-m", f"hnnsym.{stage}", *SYSTEM, *paths, *overrides]
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error: ")]
-    assert len(errors) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    for fragment in fragments:
-        assert fragment in errors[0], errors[0]
+    return run_stage(stage, *SYSTEM, *paths, *overrides)
 
 
 @pytest.fixture(scope="module")

@@ -75,6 +75,7 @@ class CommonSchema:
     dtype: str = checked(one_of("float32", "float64"))
     threads: int | None = checked(ge(1), nullable=True)
     data_dir: str = MISSING
+    memory_limit: Any = MISSING
 
 
 @dataclass

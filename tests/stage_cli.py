@@ -1,0 +1,49 @@
+"""Running a stage as a user does (a subprocess of ``python -m hnnsym.<stage>``) and checking what
+it promises on bad input: one ``error:`` line, exit 2, no traceback, files left as they were."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run_stage(
+    stage: str, *overrides: str, cwd: Path | None = None, timeout: float = 600, **popen
+) -> subprocess.CompletedProcess:
+    """``python -m hnnsym.<stage> <overrides>`` with one torch thread and no HYDRA_FULL_ERROR."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    env.pop("HNNSYM_DEBUG", None)
+    env.update(popen.pop("env", {}))
+    cmd = [sys.executable, "-m", f"hnnsym.{stage}", *overrides]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout, **popen
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
+    """Exit 2, exactly one ``error:`` line on stderr holding every fragment, no traceback.
+    Returns the error line."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+    return errors[0]
+
+
+def tree_hashes(root: Path) -> dict[str, str]:
+    """sha256 of every file below ``root`` (or of ``root`` itself), by relative path."""
+    root = Path(root)
+    if root.is_file():
+        return {root.name: hashlib.sha256(root.read_bytes()).hexdigest()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
