@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import hashlib
 import os
 import platform
+import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -31,24 +33,111 @@ def atomic_path(path: str | os.PathLike, replace: bool = True) -> Iterator[Path]
 
     A crash or an exception leaves any previous file at ``path`` untouched and no partial file.
     With ``replace=False`` the file is published with a hard link, which fails atomically with
-    FileExistsError when ``path`` appeared meanwhile (two jobs writing the same file).
+    FileExistsError when ``path`` appeared meanwhile (two jobs writing the same file). Any other
+    OSError while writing (a full disk, a read-only place) becomes a one-line UserError, and the
+    temporary file is removed.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+    tmp_path: Path | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp_path = Path(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
         yield tmp_path
         if replace:
             os.replace(tmp_path, path)
         else:
             os.link(tmp_path, path)
+    except FileExistsError:
+        raise
+    except OSError as err:
+        raise write_error(path, err) from err
     finally:
-        tmp_path.unlink(missing_ok=True)
+        if tmp_path is not None:
+            tmp_path.unlink(missing_ok=True)
+
+
+def write_error(path: str | os.PathLike, err: OSError) -> UserError:
+    """The one-line error for a failed write of ``path`` (ENOSPC, EROFS, EACCES, ...)."""
+    reason = err.strerror or str(err) or type(err).__name__
+    if err.errno == errno.ENOSPC:
+        reason += "; free some space or write elsewhere"
+    return UserError(f"cannot write {path}: {reason}")
+
+
+def write_bytes(path: str | os.PathLike, data: bytes, replace: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically, after checking that the file system has room for it
+    (so a full disk is refused before a byte is written, and caught if it fills meanwhile)."""
+    path = Path(path)
+    writable_dir(path.parent, f"the directory of {path}")
+    free = shutil.disk_usage(path.parent).free
+    if len(data) > free:
+        raise UserError(
+            f"cannot write {path}: it needs {len(data) / 2**20:.1f} MiB and the file system has "
+            f"{free / 2**20:.1f} MiB free; free some space or write elsewhere"
+        )
+    with atomic_path(path, replace=replace) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+
+
+def writable_dir(directory: str | os.PathLike, what: str) -> Path:
+    """Create ``directory`` (and its parents) and check that a file can be made in it, before any
+    work is done; UserError naming ``what`` (e.g. "run_dir") otherwise, or for an empty path."""
+    if not str(directory).strip():
+        raise UserError(f"{what} is empty; give a directory")
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"cannot write to {what} {directory}: it is a file, not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".hnnsym-probe.", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise UserError(
+            f"cannot write to {what} {directory}: {err.strerror or err}; choose another place"
+        ) from err
+    return directory
+
+
+OUTPUT_MARKER = ".hnnsym-output"
+
+
+def claim_output_dir(
+    directory: str | os.PathLike,
+    stage: str,
+    overwrite: bool,
+    option: str,
+    own_files: tuple[str, ...] = (),
+    what: str = "",
+) -> Path:
+    """Make ``directory`` ready for ``stage``'s files without touching a user's: it may be new,
+    empty, or one that hnnsym wrote (it holds ``OUTPUT_MARKER``, or one of ``own_files``, files
+    only this stage writes, for directories written before the marker existed). Anything else is
+    refused (UserError naming ``option``, the switch that allows it) unless ``overwrite``. The
+    marker is written on the way out, so the directory is recognised next time. ``what`` names
+    the directory in errors."""
+    directory = writable_dir(directory, what or f"the {stage} output directory")
+    marker = directory / OUTPUT_MARKER
+    ours = marker.exists() or any((directory / name).is_file() for name in own_files)
+    if not ours:
+        hydras = (".hydra", f"{stage}.log", ".lock")  # Hydra's own files, and exclusive_dir's
+        foreign = sorted(p.name for p in directory.iterdir() if p.name not in hydras)
+        if foreign and not overwrite:
+            shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+            raise UserError(
+                f"{directory} holds files hnnsym did not write ({shown}); {stage} writes only into "
+                f"a new directory or one of its own: choose another, or pass {option}=true to "
+                "write there anyway"
+            )
+    if not marker.exists():
+        write_text(marker, f"written by hnnsym {hnnsym.__version__} ({stage}); do not remove\n")
+    return directory
 
 
 def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:

@@ -188,7 +188,11 @@ def write_measured(path: Path, source: Path, n_train: int = 57, **attrs) -> Path
 
 
 def eval_files(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(out.iterdir())
+        if p.is_file() and not p.name.startswith(".")
+    }
 
 
 @pytest.mark.parametrize("missing", ["obs_dt", "val/t"])

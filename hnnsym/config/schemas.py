@@ -60,22 +60,28 @@ def one_of(*choices: Any) -> Rule:
     return Rule(text, lambda v: v in choices)
 
 
+PATH = Rule("a non-empty path", lambda v: isinstance(v, str) and bool(v.strip()))
+
+
 def checked(rule: Rule, nullable: bool = False) -> Any:
     """A MISSING field whose value must satisfy ``rule`` (or be null, with ``nullable``)."""
     return field(default=MISSING, metadata={"rule": rule, "nullable": nullable})
 
 
+PATH_TEMPLATES = ("data_file", "run_dir")  # checked by _empty_path: they interpolate other keys
+
+
 @dataclass
 class CommonSchema:
-    """conf/common.yaml: the top-level keys every stage shares (the path templates data_file,
-    run_name and run_dir are strings by construction and are resolved where they are used)."""
+    """conf/common.yaml: the top-level keys every stage shares (the paths are checked resolved:
+    an empty ``data_dir=`` would otherwise put data_file at the root of the file system)."""
 
     seed: int = checked(ge(0))
     device: str = MISSING
     dtype: str = checked(one_of("float32", "float64"))
     threads: int | None = checked(ge(1), nullable=True)
-    data_dir: str = MISSING
-    memory_limit: Any = MISSING
+    data_dir: str = checked(PATH)
+    memory_limit: Any = MISSING  # checked by hnnsym.resources.parse_size
 
 
 @dataclass
@@ -180,7 +186,7 @@ class EvalSchema:
     plot_trajectories: int = checked(ge(0))
     plot_training_data: bool = MISSING
     scatter_points: int = checked(ge(1))
-    out_dir: str | None = MISSING  # null: ${run_dir}/eval
+    out_dir: str | None = checked(PATH, nullable=True)  # null: ${run_dir}/eval
     overwrite: bool = MISSING
 
 
@@ -211,6 +217,7 @@ class ProfileSchema:
     gradient_errors: bool = MISSING
     grad_tol: float | None = MISSING
     fused_loss: bool = MISSING
+    overwrite: bool = MISSING
     exact: ExactGradientSchema = field(default_factory=ExactGradientSchema)
     reference: ReferenceGradientSchema = field(default_factory=ReferenceGradientSchema)
     methods: list[dict[str, Any]] = MISSING  # each entry is checked by hnnsym.profiling
@@ -219,7 +226,7 @@ class ProfileSchema:
 @dataclass
 class ReportSchema:
     runs: Any = MISSING  # a path or glob, or a list of them
-    out_dir: str = MISSING
+    out_dir: str = checked(PATH)
     name: str = MISSING
     group_by: list[str] | None = MISSING
     ignore: list[str] | None = MISSING
@@ -228,6 +235,7 @@ class ReportSchema:
     hue: str | None = MISSING
     digits: int = MISSING
     eval_dir: str = MISSING
+    overwrite: bool = MISSING
 
 
 # Each stage's sections (top-level keys of its composed config) and their schemas.
@@ -299,6 +307,9 @@ def validated(cfg: DictConfig, *sections: str, common: bool = True) -> DictConfi
     if common:
         keys = [f for f in CommonSchema.__dataclass_fields__ if f in cfg]
         checks.append((None, CommonSchema, {k: _resolved(cfg, k) for k in keys}))
+        for key in PATH_TEMPLATES:
+            if problem := _empty_path(cfg, key):
+                raise UserError(problem)
     for name in sections:
         value = _resolved(cfg, name)
         custom = name == "system" and isinstance(value, dict) and value.get("name") == "custom"
@@ -323,6 +334,18 @@ def validated(cfg: DictConfig, *sections: str, common: bool = True) -> DictConfi
             if problem:
                 raise UserError(problem)
     return cfg
+
+
+def _empty_path(cfg: DictConfig, key: str) -> str | None:
+    """The problem with the path ``key`` when it resolves to an empty string (a template that
+    does not resolve is left to the stage that reads it: profile has no data_file)."""
+    try:
+        value = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+    except OmegaConfBaseException:
+        return None
+    if isinstance(value, str) and not value.strip():
+        return f"{key} must be a non-empty path, got {value!r}"
+    return None
 
 
 def _resolved(cfg: DictConfig, key: str) -> Any:

@@ -25,6 +25,7 @@ then an error says how to regenerate it, otherwise what the file must contain.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -38,7 +39,7 @@ import h5py
 import numpy as np
 
 import hnnsym
-from hnnsym.artifacts import atomic_path, now_utc, versions
+from hnnsym.artifacts import now_utc, versions, write_bytes
 from hnnsym.errors import DataError
 from hnnsym.physics.systems import MEASURED, SYSTEMS
 
@@ -124,22 +125,26 @@ def write_dataset(
 
 
 def _write_h5(path: Path, splits: dict[str, Split], root: dict, overwrite: bool) -> None:
-    with atomic_path(path, replace=overwrite) as tmp:
-        with h5py.File(tmp, "w") as f:
-            for key, value in root.items():
-                if value is not None:  # absent reads as None (OPTIONAL_ATTRS)
-                    f.attrs[key] = _encode_attr(key, value)
-            for name, split in splits.items():
-                group = f.create_group(name)
-                for key in ("observed", "clean"):
-                    if getattr(split, key) is None:  # measured data have no ground truth
-                        continue
-                    data = np.ascontiguousarray(getattr(split, key), dtype=np.float64)
-                    group.create_dataset(
-                        key, data=data, chunks=(1, *data.shape[1:]), compression="gzip",
-                        compression_opts=4, shuffle=True, fletcher32=True,
-                    )  # fmt: skip
-                group.create_dataset("t", data=np.asarray(split.t, dtype=np.float64))
+    """The file is built in memory and then written as bytes: a full disk or a read-only place
+    is then an OSError of one plain write (one line, no partial file), never a failure inside
+    the HDF5 library."""
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as f:
+        for key, value in root.items():
+            if value is not None:  # absent reads as None (OPTIONAL_ATTRS)
+                f.attrs[key] = _encode_attr(key, value)
+        for name, split in splits.items():
+            group = f.create_group(name)
+            for key in ("observed", "clean"):
+                if getattr(split, key) is None:  # measured data have no ground truth
+                    continue
+                data = np.ascontiguousarray(getattr(split, key), dtype=np.float64)
+                group.create_dataset(
+                    key, data=data, chunks=(1, *data.shape[1:]), compression="gzip",
+                    compression_opts=4, shuffle=True, fletcher32=True,
+                )  # fmt: skip
+            group.create_dataset("t", data=np.asarray(split.t, dtype=np.float64))
+    write_bytes(path, buffer.getvalue(), replace=overwrite)
 
 
 def refuse_overwrite(path: str | os.PathLike, overwrite: bool) -> None:

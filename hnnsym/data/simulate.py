@@ -21,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from torch import Tensor
 from tqdm import tqdm
 
+from hnnsym.artifacts import writable_dir
 from hnnsym.config.runtime import configure
 from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import SPLITS, Split, refuse_overwrite, write_dataset
@@ -28,6 +29,7 @@ from hnnsym.errors import ConvergenceError, UserError
 from hnnsym.ode.integrators import Integrator, advance, get_integrator
 from hnnsym.ode.problem import Problem, SolverStats
 from hnnsym.physics.systems import System, system_from_config
+from hnnsym.resources import check_memory
 
 
 def split_generator(seed: int, split: str, stream: str) -> torch.Generator:
@@ -118,8 +120,29 @@ def check_config(cfg: DictConfig) -> tuple[System, int, str]:
         system = system_from_config(cfg.system)
     except (ValueError, TypeError) as err:
         raise UserError(str(err)) from err
+    check_memory(generated_bytes(g, system.dim), generate_request(g), cfg.memory_limit)
     refuse_overwrite(cfg.data_file, g.overwrite)
+    writable_dir(Path(cfg.data_file).parent, "the directory of data_file")
     return system, every, resolved
+
+
+def generated_bytes(g: DictConfig, dim: int) -> float:
+    """Memory the generate stage holds at its peak, in bytes: every split's clean and observed
+    float64 states (N, T+1, 2d), and the split being made twice more (its chunks and their
+    concatenation)."""
+    sizes = {
+        s: g[f"n_{s}"] * ((g.test_steps if s == "test" else g.train_steps) + 1) for s in SPLITS
+    }
+    state = 2 * dim * 8
+    return (2 * sum(sizes.values()) + 2 * max(sizes.values())) * state
+
+
+def generate_request(g: DictConfig) -> str:
+    """The options that size the data, for a refusal."""
+    return (
+        f"generate.n_train={g.n_train} n_val={g.n_val} n_test={g.n_test} "
+        f"train_steps={g.train_steps} test_steps={g.test_steps}"
+    )
 
 
 def make_split(

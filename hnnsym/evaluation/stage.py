@@ -9,10 +9,13 @@ writes ``metrics.json``, ``rollout.csv`` and the figures ``*.png`` into ``eval.o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shlex
 import sys
+import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from hnnsym.artifacts import now_utc, sha256, versions, write_text
+from hnnsym.artifacts import OUTPUT_MARKER, claim_output_dir, now_utc, sha256, versions, write_text
 from hnnsym.config.build import model_from_checkpoint, model_spec, same_model
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
@@ -50,6 +53,7 @@ from hnnsym.physics.constrained import coordinates_problem
 from hnnsym.physics.dissipative import is_dissipative_model
 from hnnsym.physics.models import is_position_model
 from hnnsym.physics.systems import MEASURED, System, system_from_config
+from hnnsym.resources import check_memory
 from hnnsym.training.checkpoints import load_checkpoint as read_checkpoint
 from hnnsym.training.checkpoints import trained_options
 from hnnsym.training.losses import data_problem
@@ -182,13 +186,28 @@ def earlier_evaluation(out: Path, data_file: Path, data_sha: str, overwrite: boo
     raise UserError(f"{out} holds an evaluation {what}; {keep}")
 
 
-def prepare_out_dir(out: Path) -> None:
+@contextlib.contextmanager
+def replacing_evaluation(out: Path, overwrite: bool) -> Iterator[None]:
+    """Claim ``out`` (new, or one hnnsym wrote: ``claim_output_dir``) and take the replaced
+    evaluation's metrics.json away for the block, so that a metrics.json stands only beside the
+    files of the evaluation it describes: one killed midway leaves none. When the block fails
+    before it wrote a file, the old metrics.json is put back. Temporaries of an earlier
+    evaluation killed mid-write are removed."""
+    claim_output_dir(out, "evaluate", overwrite, "eval.overwrite", own_files=("metrics.json",))
+    for stale in out.glob(".*.tmp"):
+        stale.unlink(missing_ok=True)
+    metrics = out / "metrics.json"
+    previous = metrics.read_bytes() if metrics.is_file() else None
+    metrics.unlink(missing_ok=True)
+    started = time.time_ns()
     try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(
-            f"cannot write the evaluation to {out}: {err.strerror or err}; choose eval.out_dir="
-        ) from err
+        yield
+    except BaseException:
+        untouched = all(p.stat().st_mtime_ns < started for p in out.iterdir() if p.is_file()
+                        and p.name != OUTPUT_MARKER)  # fmt: skip
+        if previous is not None and untouched and not metrics.exists():
+            metrics.write_bytes(previous)
+        raise
 
 
 def remove_leftovers(out: Path, earlier: dict | None, written: list[str]) -> None:
@@ -333,98 +352,103 @@ def evaluate(cfg: DictConfig) -> dict:
             file=sys.stderr,
         )
     earlier = earlier_evaluation(out, data_file, data_sha, bool(e.overwrite))
-    prepare_out_dir(out)
-    obs_dt = float(data.attrs["obs_dt"])  # checked by read_dataset
-    test = data.splits["test"]
-    # rollouts are compared with the ground truth when the file has one, else with the data
-    reference, states = (
-        ("clean", test.clean) if test.clean is not None else ("observed", test.observed)
-    )
-    if states.shape[-1] != 2 * system.dim:
-        raise UserError(
-            f"the test split of {data_file} has no clean states and its observed ones are not "
-            f"(q, p) states {states.shape}; evaluate needs one of them (a clean dataset)"
+    if e.grid_points is not None:  # the float64 box grid of H's metrics, before the filter
+        box = float(e.grid_points) ** (2 * system.dim) * 2 * system.dim * 8
+        check_memory(3 * box, f"eval.grid_points={e.grid_points}", cfg.memory_limit)
+    with replacing_evaluation(out, bool(e.overwrite)):
+        obs_dt = float(data.attrs["obs_dt"])  # checked by read_dataset
+        test = data.splits["test"]
+        # rollouts are compared with the ground truth when the file has one, else with the data
+        reference, states = (
+            ("clean", test.clean) if test.clean is not None else ("observed", test.observed)
         )
-    available = states.shape[1] - 1
-    steps = available if e.rollout_steps is None else int(e.rollout_steps)
-    if steps < 1:
-        raise UserError(f"the test split of {data_file} has no steps to roll out")
-    if steps > available:
-        raise UserError(
-            f"eval.rollout_steps={steps} exceeds the {available} steps of the test split"
-        )
-    n = min(int(e.max_trajectories or states.shape[0]), states.shape[0])
-    truth = torch.as_tensor(states[:n, : steps + 1]).transpose(0, 1).to(device, dtype)
-    t = torch.as_tensor(test.t[: steps + 1]).to(device, dtype)
-    substeps = int(e.substeps or trained_options(payload).get("substeps") or 1)
-    if e.init != "first":
-        where = None
-        if is_constrained(system) or is_position_model(model) or not system.known:
-            where = "a model of (q, p) states of a known system (not this one)"
-        elif test.observed.shape[-1] != 2 * system.dim:
-            where = "observed (q, p) states in the test split"
-        elif e.init == "fitted" and e.init_steps > steps:
-            where = f"eval.init_steps <= the {steps} rolled-out steps, got {e.init_steps}"
-        if where:
-            raise UserError(f"eval.init={e.init} needs {where}")
+        if states.shape[-1] != 2 * system.dim:
+            raise UserError(
+                f"the test split of {data_file} has no clean states and its observed ones are not "
+                f"(q, p) states {states.shape}; evaluate needs one of them (a clean dataset)"
+            )
+        available = states.shape[1] - 1
+        steps = available if e.rollout_steps is None else int(e.rollout_steps)
+        if steps < 1:
+            raise UserError(f"the test split of {data_file} has no steps to roll out")
+        if steps > available:
+            raise UserError(
+                f"eval.rollout_steps={steps} exceeds the {available} steps of the test split"
+            )
+        n = min(int(e.max_trajectories or states.shape[0]), states.shape[0])
+        truth = torch.as_tensor(states[:n, : steps + 1]).transpose(0, 1).to(device, dtype)
+        t = torch.as_tensor(test.t[: steps + 1]).to(device, dtype)
+        substeps = int(e.substeps or trained_options(payload).get("substeps") or 1)
+        if e.init != "first":
+            where = None
+            if is_constrained(system) or is_position_model(model) or not system.known:
+                where = "a model of (q, p) states of a known system (not this one)"
+            elif test.observed.shape[-1] != 2 * system.dim:
+                where = "observed (q, p) states in the test split"
+            elif e.init == "fitted" and e.init_steps > steps:
+                where = f"eval.init_steps <= the {steps} rolled-out steps, got {e.init_steps}"
+            if where:
+                raise UserError(f"eval.init={e.init} needs {where}")
 
-    if is_constrained(system):  # seed 004: rollouts compared in Cartesian coordinates
-        fine_dt = data.attrs.get("fine_dt")
-        core, curves, figures = evaluate_constrained(
-            cfg, out, system, model, truth, t, obs_dt, steps, substeps, fine_dt
-        )
-    elif is_position_model(model):  # learned from positions only (seed 002): Eq. 12 / recurrences
-        core, curves, figures = evaluate_positions(cfg, out, system, model, truth, t, obs_dt)
-    elif not system.known:  # measurements (hnnsym.ingest): no true H to compare with
-        train = data.splits.get("train")
-        train_states = None if train is None else torch.as_tensor(
-            train.observed.reshape(-1, train.observed.shape[-1])).to(device, dtype)  # fmt: skip
-        core, curves, figures = evaluate_measured(cfg, out, system, model, truth, t, obs_dt, steps,
-                                                  substeps, train_states, payload)  # fmt: skip
-    else:
-        core, curves, figures = hamiltonian_metrics(
-            cfg, out, system, model, truth, t, obs_dt, steps, substeps, data, payload, reference
-        )
-        # the learned damping rate beside the true one (generate's files omit damping 0)
-        true_rate = (data.attrs.get("system_params") or {}).get("damping")
-        if true_rate is None and made_by_generate(data.attrs):
-            true_rate = 0.0
-        if is_dissipative_model(model) or true_rate:
-            core |= damping_metrics(model, truth, true_rate, e.chunk)
-    write_text(out / "rollout.csv", curves.to_csv(index=False))
-    metrics = {
-        **core,
-        "checkpoint": {
-            "path": str(ckpt_path),
-            "which": e.checkpoint,
-            "epoch": payload.get("epoch"),
-        },
-        "data": {
-            "file": str(data_file),
-            "sha256": data_sha,
-            "checkpoint_sha256": payload.get("data_sha256"),
-            "obs_dt": obs_dt,
-            "test_trajectories": n,
-            "train_trajectories": data.attrs.get("n_train"),
-            "clean": reference == "clean",
-            "made_by_generate": made_by_generate(data.attrs),
-            "noise_std": data.attrs.get("noise_std"),
-        },
-        "system": {"name": system.name, "params": dict(system.params)},
-        "model_config": payload["model_config"],
-        "files": {
-            "dir": str(out),
-            "rollout": "rollout.csv",
-            "figures": [f"{f}.png" for f in figures],
-        },
-        "config": recorded_config(cfg, payload),
-        "overrides": overrides(),
-        "versions": versions(),
-        "created": now_utc(),
-    }
-    metrics = jsonable(metrics)
-    write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    remove_leftovers(out, earlier, ["rollout.csv", *metrics["files"]["figures"]])
+        if is_constrained(system):  # seed 004: rollouts compared in Cartesian coordinates
+            fine_dt = data.attrs.get("fine_dt")
+            core, curves, figures = evaluate_constrained(
+                cfg, out, system, model, truth, t, obs_dt, steps, substeps, fine_dt
+            )
+        elif is_position_model(
+            model
+        ):  # learned from positions only (seed 002): Eq. 12 / recurrences
+            core, curves, figures = evaluate_positions(cfg, out, system, model, truth, t, obs_dt)
+        elif not system.known:  # measurements (hnnsym.ingest): no true H to compare with
+            train = data.splits.get("train")
+            train_states = None if train is None else torch.as_tensor(
+                train.observed.reshape(-1, train.observed.shape[-1])).to(device, dtype)  # fmt: skip
+            core, curves, figures = evaluate_measured(cfg, out, system, model, truth, t, obs_dt, steps,
+                                                      substeps, train_states, payload)  # fmt: skip
+        else:
+            core, curves, figures = hamiltonian_metrics(
+                cfg, out, system, model, truth, t, obs_dt, steps, substeps, data, payload, reference
+            )
+            # the learned damping rate beside the true one (generate's files omit damping 0)
+            true_rate = (data.attrs.get("system_params") or {}).get("damping")
+            if true_rate is None and made_by_generate(data.attrs):
+                true_rate = 0.0
+            if is_dissipative_model(model) or true_rate:
+                core |= damping_metrics(model, truth, true_rate, e.chunk)
+        write_text(out / "rollout.csv", curves.to_csv(index=False))
+        metrics = {
+            **core,
+            "checkpoint": {
+                "path": str(ckpt_path),
+                "which": e.checkpoint,
+                "epoch": payload.get("epoch"),
+            },
+            "data": {
+                "file": str(data_file),
+                "sha256": data_sha,
+                "checkpoint_sha256": payload.get("data_sha256"),
+                "obs_dt": obs_dt,
+                "test_trajectories": n,
+                "train_trajectories": data.attrs.get("n_train"),
+                "clean": reference == "clean",
+                "made_by_generate": made_by_generate(data.attrs),
+                "noise_std": data.attrs.get("noise_std"),
+            },
+            "system": {"name": system.name, "params": dict(system.params)},
+            "model_config": payload["model_config"],
+            "files": {
+                "dir": str(out),
+                "rollout": "rollout.csv",
+                "figures": [f"{f}.png" for f in figures],
+            },
+            "config": recorded_config(cfg, payload),
+            "overrides": overrides(),
+            "versions": versions(),
+            "created": now_utc(),
+        }
+        metrics = jsonable(metrics)
+        write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        remove_leftovers(out, earlier, ["rollout.csv", *metrics["files"]["figures"]])
     return metrics
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from hnnsym.artifacts import claim_output_dir
 from hnnsym.profiling.outputs import summary_tables, write_outputs
 from hnnsym.profiling.plan import from_config
 from hnnsym.profiling.run import run_profile
@@ -26,6 +27,9 @@ def profile(cfg: DictConfig, run_dir: str | os.PathLike | None = None) -> dict[s
     """Run the profile stage on ``cfg`` and write its outputs into ``run_dir`` (default:
     ``cfg.run_dir``); returns their paths. UserError when the config is bad."""
     methods, setting, options, notes = from_config(cfg)
+    out = Path(cfg.run_dir if run_dir is None else run_dir)
+    claim_output_dir(out, "profile", bool(cfg.profile.overwrite), "profile.overwrite",
+                     own_files=("profile.csv",))  # fmt: skip
     if setting.fused_loss:
         notes.append(FUSED_NOTE)
     for note in notes:
@@ -39,7 +43,7 @@ def profile(cfg: DictConfig, run_dir: str | os.PathLike | None = None) -> dict[s
         f"{setting.dtype}, {setting.device}, {df['threads'].iloc[0]} thread(s), loss "
         + ("fused (solve_loss)" if setting.fused_loss else "on the trajectory")
     )
-    paths = write_outputs(df, notes, Path(cfg.run_dir if run_dir is None else run_dir), title)
+    paths = write_outputs(df, notes, out, title)
     print(f"# profile: {title}\n\n{summary_tables(df)}\n")
     for note in run_notes:
         print(f"note: {note}")

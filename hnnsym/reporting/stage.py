@@ -10,6 +10,7 @@ import sys
 
 from omegaconf import DictConfig, OmegaConf
 
+from hnnsym.artifacts import claim_output_dir
 from hnnsym.config.schemas import validated
 from hnnsym.errors import UserError
 from hnnsym.reporting import table_chain as chain
@@ -69,6 +70,7 @@ def report(cfg: DictConfig) -> None:
     """One table (CSV / Markdown / LaTeX) and figure from many runs, into ``report.out_dir``."""
     r = validated(cfg, "report", common=False).report
     runs, digits, eval_dir = checked_runs_and_digits(r)
+    claim_output_dir(r.out_dir, "report", bool(r.overwrite), "report.overwrite")
     if not str(r.name) or "/" in str(r.name):
         raise UserError(f"report.name must be a file name without '/', got {r.name!r}")
     rep = build_report(
@@ -89,6 +91,7 @@ def table1(cfg: DictConfig) -> None:
     into ``report.out_dir``."""
     r = cfg.report
     runs, digits, eval_dir = checked_runs_and_digits(r)
+    claim_output_dir(r.out_dir, "report", bool(r.overwrite), "report.overwrite")
     found, keys, notes = load_method_runs(runs, config_names(r.ignore, "ignore") or [], eval_dir)
     table = make_table1(at_paper_noise(found), keys)
     paths = write_table1(table, r.out_dir, digits, notes)
@@ -102,6 +105,7 @@ def table_ddlm(cfg: DictConfig) -> None:
     """Seed 002's Tables 2 and 3 beside the paper's numbers, into ``report.out_dir``."""
     r = cfg.report
     runs, digits, eval_dir = checked_runs_and_digits(r)
+    claim_output_dir(r.out_dir, "report", bool(r.overwrite), "report.overwrite")
     table, notes = build_table(runs, eval_dir)
     paths = write_table(table, r.out_dir, digits, notes)
     announce(
@@ -113,6 +117,7 @@ def table_chain(cfg: DictConfig) -> None:
     """Seed 004's chain-pendulum table beside the reference's numbers, into ``report.out_dir``."""
     r = cfg.report
     runs, digits, eval_dir = checked_runs_and_digits(r)
+    claim_output_dir(r.out_dir, "report", bool(r.overwrite), "report.overwrite")
     table, notes = chain.build_table(runs, eval_dir)
     paths = chain.write_table(table, r.out_dir, digits, notes)
     announce(notes, chain.markdown_table(table, digits), paths)

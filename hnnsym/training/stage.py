@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from hnnsym.artifacts import exclusive_dir, remove_stale_temporaries, write_text
+from hnnsym.artifacts import claim_output_dir, exclusive_dir, remove_stale_temporaries, write_text
 from hnnsym.config.build import build_model, build_optimizer, build_run_loss, build_scheduler
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
@@ -105,7 +105,10 @@ def train(cfg: DictConfig) -> TrainResult:
             f"has learned; {advice}",
             file=sys.stderr,
         )
-    run_dir = Path(cfg.run_dir)
+    run_dir = claim_output_dir(
+        cfg.run_dir, "train", bool(t.overwrite), "train.overwrite",
+        own_files=("checkpoints/last.pt",), what="the run directory",
+    )  # fmt: skip
     with exclusive_dir(run_dir, "train", _RUN_DIR_HINT):
         # a run killed mid-write (SIGKILL, OOM) leaves its writes' temporaries: this job owns them
         for written in (run_dir / "metrics.csv", run_dir / "config.yaml",
