@@ -42,6 +42,7 @@ import hnnsym
 from hnnsym.artifacts import now_utc, versions, write_bytes
 from hnnsym.errors import DataError
 from hnnsym.physics.systems import MEASURED, SYSTEMS
+from hnnsym.resources import check_memory
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "val", "test")
@@ -63,6 +64,17 @@ OPTIONAL_ATTRS: dict[str, Any] = {
     "versions": None, "config": None, "created": None, "observe": "qp",
 }  # fmt: skip
 OBSERVE = ("qp", "q")  # values of the observe attribute: states [q, p], or positions q only
+# The stored dtypes read (as float64): integers and reals. Any other is refused, never converted
+# (a complex array would lose its imaginary part, text would be parsed): what each kind is.
+READ_KINDS = "iuf"
+REFUSED_KINDS = {
+    "c": "complex numbers", "b": "booleans", "S": "byte strings", "U": "text",
+    "O": "variable-length data (text or objects)", "V": "compound or opaque records",
+    "M": "dates", "m": "time deltas",
+}  # fmt: skip
+# How far a step of t may be from obs_dt, as a fraction of obs_dt (beyond the rounding of t's
+# stored float type): a clock's rounding passes, a wrong obs_dt or a skipped frame does not.
+T_RTOL = 1e-3
 # What write_dataset's caller (generate) must provide; write_dataset adds schema_version,
 # n_<split>, and fills hnnsym_version, versions and created when absent.
 WRITE_ATTRS = (
@@ -226,6 +238,7 @@ def read_dataset(
     dim: int | None = None,
     splits: Iterable[str] = SPLITS,
     arrays: Iterable[str] = ARRAYS,
+    memory_limit: int | float | str | None = None,
 ) -> Dataset:
     """Read and validate a data file; ``system``/``dim``, when given, must match the file's.
     ``arrays``: which of ``ARRAYS`` to read (the required ones are always read and checked;
@@ -233,7 +246,10 @@ def read_dataset(
 
     Every attribute of the schema is in ``Dataset.attrs``: the optional ones the file lacks have
     their ``OPTIONAL_ATTRS`` value (None; ``system_params``: {}). A missing or malformed required
-    attribute or dataset is a one-line DataError naming it and saying what to do.
+    attribute or dataset is a one-line DataError naming it and saying what to do. Every dataset of
+    the splits read (``clean`` too) is checked from its declared type and shape first, and the
+    memory the read needs is estimated from them and refused (UserError) above ``memory_limit``
+    (the config's; None: the memory available now) before anything is read.
     """
     path = Path(path)
     command = generate_command(path, system)
@@ -244,12 +260,17 @@ def read_dataset(
             attrs = _decode_attrs(path, f.attrs, command)
             _check_attrs(path, attrs, system, dim, command)
             observe = attrs.get("observe", "qp")
-            if observe not in OBSERVE:
+            if not isinstance(observe, str) or observe not in OBSERVE:
                 raise DataError(f"{path}: root attribute observe must be one of {OBSERVE} (what "
                                 f"`observed` holds), got {observe!r}")  # fmt: skip
-            out = {
-                name: _read_split(path, f, name, int(attrs["dim"]), observe, tuple(arrays))
+            stored = {
+                name: _split_datasets(path, f, name, int(attrs["dim"]), observe, tuple(arrays))
                 for name in splits
+            }
+            _check_read_memory(path, stored, memory_limit)
+            out = {
+                name: _read_split(path, f, name, datasets, float(attrs["obs_dt"]))
+                for name, datasets in stored.items()
             }
     except OSError as err:
         raise DataError(
@@ -290,6 +311,11 @@ def _decode_attrs(path: Path, raw: Any, command: str) -> dict:
                 f"{path}: attribute {key} is not valid JSON ({_first_line(err)}); "
                 + _what_to_do(raw, command, f"store it as a JSON string ({SCHEMA_DOC})")
             ) from err
+        if key in JSON_ATTRS and not isinstance(attrs[key], dict):
+            raise DataError(
+                f"{path}: attribute {key} must be a JSON object (name: value), got "
+                f"{attrs[key]!r}; " + _what_to_do(raw, command, f"see {SCHEMA_DOC}")
+            )
     return attrs
 
 
@@ -361,44 +387,97 @@ def _check_attrs(
         )
 
 
-def _read_split(
-    path: Path, f: h5py.File, name: str, dim: int, observe: str = "qp",
-    wanted: tuple[str, ...] = ARRAYS,
-) -> Split:  # fmt: skip
+def _split_datasets(
+    path: Path, f: h5py.File, name: str, dim: int, observe: str, wanted: tuple[str, ...]
+) -> dict[str, h5py.Dataset]:
+    """The datasets of split ``name`` to read (the required ones and those of ``wanted`` the file
+    has), after checking every dataset of the split from its declared type and shape (nothing is
+    read): a group with ``REQUIRED_ARRAYS``, real numbers, shapes that fit, N >= 1 trajectories of
+    T+1 >= 2 states."""
     command = generate_command(path, f.attrs.get("system"))
     arrays_doc = " and ".join(REQUIRED_ARRAYS)
+
+    def fix(own: str) -> str:
+        return _what_to_do(f.attrs, command, own)
+
+    add = (
+        f"add a group {name} with the datasets {arrays_doc} ({SCHEMA_DOC}; train reads train "
+        "and val, evaluate test)"
+    )
     if name not in f:
-        raise DataError(
-            f"{path} has no split {name!r} (it has {sorted(f.keys())}); "
-            + _what_to_do(f.attrs, command, f"add a group {name} with the datasets {arrays_doc} "
-                          f"({SCHEMA_DOC}; train reads train and val, evaluate test)")
-        )  # fmt: skip
+        raise DataError(f"{path} has no split {name!r} (it has {sorted(f.keys())}); " + fix(add))
+    if not isinstance(f[name], h5py.Group):
+        raise DataError(f"{path}: split {name} is an HDF5 dataset, not a group; " + fix(add))
     group = f[name]
     missing = [k for k in REQUIRED_ARRAYS if k not in group]
     if missing:
         raise DataError(
             f"{path}: split {name!r} lacks the dataset{'s' if len(missing) > 1 else ''} "
-            f"{', '.join(missing)}; "
-            + _what_to_do(f.attrs, command, f"every split needs {arrays_doc} ({SCHEMA_DOC})")
+            f"{', '.join(missing)}; " + fix(f"every split needs {arrays_doc} ({SCHEMA_DOC})")
         )
-    arrays = {
-        k: np.asarray(group[k][...], dtype=np.float64)
-        for k in ARRAYS
-        if k in group and (k in wanted or k in REQUIRED_ARRAYS)
-    }
-    obs, clean, t = arrays["observed"], arrays.get("clean"), arrays["t"]
+    datasets = {}
+    for key in (k for k in ARRAYS if k in group):
+        obj = group[key]
+        if not isinstance(obj, h5py.Dataset):
+            raise DataError(
+                f"{path}: {name}/{key} is an HDF5 {type(obj).__name__.lower()}, not a dataset; "
+                + fix(f"store {key} as an array ({SCHEMA_DOC})")
+            )
+        if obj.dtype.kind not in READ_KINDS:
+            what = REFUSED_KINDS.get(obj.dtype.kind, f"dtype {obj.dtype}")
+            raise DataError(
+                f"{path}: split {name!r} {key} holds {what} ({obj.dtype}), not real numbers; "
+                + fix(f"store {key} as float64 ({SCHEMA_DOC})")
+            )
+        datasets[key] = obj
+    shape = {k: d.shape if d.shape is not None else () for k, d in datasets.items()}
+    obs, clean, t = shape["observed"], shape.get("clean"), shape["t"]
     width = observed_width(dim, observe)  # d for positions only (observe "q"), else 2d
     if (
-        obs.ndim != 3
-        or (clean is not None and clean.shape != (*obs.shape[:2], 2 * dim))
-        or obs.shape[-1] != width
-        or t.shape != obs.shape[1:2]
+        len(obs) != 3
+        or (clean is not None and clean != (*obs[:2], 2 * dim))
+        or obs[-1] != width
+        or t != obs[1:2]
     ):
-        shapes = f"observed {obs.shape}" + ("" if clean is None else f", clean {clean.shape}")
+        shapes = f"observed {obs}" + ("" if clean is None else f", clean {clean}")
         raise DataError(
-            f"{path}: split {name!r} has {shapes}, t {t.shape}; expected (N, T+1, {width}) "
+            f"{path}: split {name!r} has {shapes}, t {t}; expected (N, T+1, {width}) "
             f"for observed (observe={observe}), (N, T+1, {2 * dim}) for clean and (T+1,) for t"
         )
+    if obs[0] < 1 or obs[1] < 2:
+        raise DataError(
+            f"{path}: split {name!r} holds no trajectories of two or more states (observed "
+            f"{obs}: N={obs[0]} trajectories of T+1={obs[1]} states); train reads train and val, "
+            "evaluate test: each needs N >= 1 and T+1 >= 2; " + fix("add trajectories")
+        )
+    return {k: d for k, d in datasets.items() if k in wanted or k in REQUIRED_ARRAYS}
+
+
+def _check_read_memory(
+    path: Path, stored: dict[str, dict[str, h5py.Dataset]], limit: int | float | str | None
+) -> None:
+    """Refuse a read whose float64 arrays (plus the stored ones where a conversion copies) would
+    exceed ``limit``, from the declared shapes; names the largest dataset."""
+    flat = {f"{name}/{key}": d for name, datasets in stored.items() for key, d in datasets.items()}
+    sizes = {k: d.size * (8 + (0 if d.dtype == np.float64 else d.dtype.itemsize))
+             for k, d in flat.items()}  # fmt: skip
+    if sizes:
+        largest = max(sizes, key=sizes.__getitem__)
+        check_memory(
+            sum(sizes.values()),
+            f"reading {path} (splits {', '.join(stored)}; {largest} declares shape "
+            f"{flat[largest].shape} {flat[largest].dtype})",
+            limit,
+        )
+
+
+def _read_split(
+    path: Path, f: h5py.File, name: str, datasets: dict[str, h5py.Dataset], obs_dt: float
+) -> Split:
+    """Read the checked ``datasets`` of split ``name`` as float64: finite values, and times t
+    that step by ``obs_dt``."""
+    command = generate_command(path, f.attrs.get("system"))
+    arrays = {k: np.asarray(d[...], dtype=np.float64) for k, d in datasets.items()}
     for key, array in arrays.items():
         if not np.isfinite(array).all():
             raise DataError(
@@ -407,4 +486,17 @@ def _read_split(
                 + (" (a diverging ground truth? try a smaller generate.fine_dt)"
                    if made_by_generate(f.attrs) else "")
             )  # fmt: skip
-    return Split(obs, clean, t)
+    t = arrays["t"]
+    steps = np.diff(t)
+    stored = datasets["t"].dtype
+    rounding = 4 * np.finfo(stored if stored.kind == "f" else np.float64).eps * np.abs(t).max()
+    bad = np.flatnonzero(~(np.abs(steps - obs_dt) <= T_RTOL * obs_dt + rounding))
+    if bad.size:
+        i = int(bad[0])
+        raise DataError(
+            f"{path}: split {name!r} t[{i + 1}] = {t[i + 1]:.10g} follows t[{i}] = {t[i]:.10g}, a "
+            f"step of {steps[i]:.10g}, not obs_dt = {obs_dt:.10g} (t must increase by obs_dt, "
+            f"within {T_RTOL:.1%}, at every step); "
+            + _what_to_do(f.attrs, command, "correct t or the obs_dt attribute")
+        )
+    return Split(arrays["observed"], arrays.get("clean"), t)

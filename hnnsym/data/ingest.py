@@ -28,9 +28,11 @@ provenance: ``source``, ``source_sha256``, ``columns`` (JSON), ``ingest_config``
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import math
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +47,7 @@ from hnnsym.artifacts import sha256
 from hnnsym.data.hdf5 import SPLITS, Split, write_dataset
 from hnnsym.errors import DataError, UserError
 from hnnsym.physics.systems import MEASURED
+from hnnsym.resources import check_memory
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,12 @@ TEXT_SUFFIXES = (".csv", ".txt", ".tsv", ".dat")
 SUFFIXES = (*TEXT_SUFFIXES, ".npz", ".h5", ".hdf5")
 SEPARATORS = {"comma": ",", "tab": "\t", "whitespace": r"\s+", "semicolon": ";"}
 OUT_DIR = "measured"  # default output: ${data_dir}/measured/<name>.h5
+# A first line starting with one of these is a header (numpy.savetxt writes "# t x v", MATLAB
+# "% t x v"): the marker is not a column name.
+COMMENT_MARKERS = ("#", "%")
+# Memory of reading a text file as a table, per byte of the file: measured 5x (17 digits a cell)
+# to 10x (6 digits); the strings pandas holds per cell dominate.
+TEXT_MEMORY_PER_BYTE = 12
 
 
 # ---- reading a file into a table ------------------------------------------------------------
@@ -63,19 +72,26 @@ def read_table(
     separator: str = "auto",
     names: Sequence[str] | None = None,
     labels: Sequence[str] = (),
+    memory_limit: int | float | str | None = None,
 ) -> pd.DataFrame:
     """The file's columns as a float64 DataFrame with string column names (rows in file order).
 
-    Text: ``header`` auto|true|false (auto: a first line with a non-number field is a header),
-    ``separator`` auto|comma|tab|whitespace|semicolon (auto: from the first line). ``names``
-    renames the columns in order (for a file without a header; default names "0", "1", ...).
-    ``labels``: columns that may hold text (a trial id such as ``A``): text becomes the codes
-    0, 1, ... in order of first appearance, the texts listed in ``table.attrs["labels"][name]``.
+    Text: ``header`` auto|true|false (auto: a first line with a non-number field is a header;
+    one starting with ``#`` or ``%`` is one, that marker left out), ``separator``
+    auto|comma|tab|whitespace|semicolon (auto: from the first line). ``names`` renames the
+    columns in order (for a file without a header; default names "0", "1", ...; an empty header
+    field: "Unnamed: <j>"). ``labels``: columns that may hold text (a trial id such as ``A``): text
+    becomes the codes 0, 1, ... in order of first appearance, the texts listed in
+    ``table.attrs["labels"][name]``. A file with no data rows, a header naming more or fewer
+    columns than the rows have, or a name given twice is a one-line DataError. The memory of the
+    read is estimated from the file's size (text) or its arrays' declared sizes and refused above
+    ``memory_limit`` (None: the memory available now) before reading.
     """
     path = Path(path)
     if not path.is_file():
         raise DataError(f"no measurement file at {path} (ingest.source)")
     suffix = path.suffix.lower()
+    check_memory(_table_memory(path, suffix), f"reading {path}", memory_limit)
     if suffix in TEXT_SUFFIXES:
         table, first_row = _read_text(path, header, separator)
     elif suffix == ".npz":
@@ -91,15 +107,42 @@ def read_table(
             raise UserError(f"ingest.names gives {len(names)} names, {path} has "
                             f"{table.shape[1]} columns")  # fmt: skip
         table.columns = names
+    twice = [n for j, n in enumerate(table.columns) if n in table.columns[:j]]
+    if twice:
+        raise DataError(f"{path}: two columns are named {twice[0]!r}; name them apart (in the "
+                        "file, or with ingest.names=[...])")  # fmt: skip
     return _numeric(path, table, first_row, [str(n) for n in labels])
 
 
-def _sniff(path: Path) -> str:
-    """The first non-empty line (BOM and CR removed)."""
+def _table_memory(path: Path, suffix: str) -> float:
+    """Bytes that reading ``path`` as a table takes, about: ``TEXT_MEMORY_PER_BYTE`` per byte of
+    text, or twice the declared bytes of the arrays (read, then the float64 table)."""
+    if suffix in TEXT_SUFFIXES:
+        return TEXT_MEMORY_PER_BYTE * path.stat().st_size
+    sizes: list[int] = []
+
+    def visit(_: str, obj: Any) -> None:  # the datasets _h5_arrays reads
+        if isinstance(obj, h5py.Dataset) and obj.ndim in (1, 2):
+            sizes.append(obj.size * max(obj.dtype.itemsize, 8))
+
+    try:
+        if suffix == ".npz":
+            with zipfile.ZipFile(path) as z:
+                sizes = [info.file_size for info in z.infolist()]
+        elif suffix in (".h5", ".hdf5"):
+            with h5py.File(path, "r") as f:
+                f.visititems(visit)
+    except (OSError, zipfile.BadZipFile):
+        return 0  # not readable: the reader says so
+    return 2 * sum(sizes)
+
+
+def _sniff(path: Path) -> tuple[int, str]:
+    """The first non-empty line (BOM and CR removed), and its index among the file's lines."""
     with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
-        for line in fh:
+        for i, line in enumerate(fh):
             if line.strip():
-                return line.strip("\r\n")
+                return i, line.strip("\r\n")
     raise DataError(f"{path} is empty")
 
 
@@ -113,7 +156,10 @@ def _is_number(text: str) -> bool:
 
 def _read_text(path: Path, header: str | bool, separator: str) -> tuple[pd.DataFrame, int]:
     """(table of strings, file line number of its first row)."""
-    first = _sniff(path)
+    at, first = _sniff(path)
+    marked = first.lstrip().startswith(COMMENT_MARKERS)
+    if marked:
+        first = first.lstrip()[1:]
     if separator == "auto":
         sep = "," if "," in first else "\t" if "\t" in first else ";" if ";" in first else r"\s+"
     elif separator in SEPARATORS:
@@ -123,22 +169,39 @@ def _read_text(path: Path, header: str | bool, separator: str) -> tuple[pd.DataF
                         f"{separator!r}")  # fmt: skip
     fields = [f.strip() for f in (first.split() if sep == r"\s+" else first.split(sep))]
     if header == "auto":
-        has_header = not all(_is_number(f) for f in fields if f)
+        has_header = marked or not all(_is_number(f) for f in fields if f)
     elif isinstance(header, bool):
         has_header = header
     else:
         raise UserError(f"ingest.header must be auto, true or false, got {header!r}")
+    options = dict(sep=sep, header=None, dtype=str, skipinitialspace=True,
+                   engine="python" if sep == r"\s+" else "c")  # fmt: skip
+    skip = at + 1 if has_header or marked else at  # a marked line is never data
     try:
-        table = pd.read_csv(
-            path, sep=sep, header=0 if has_header else None, dtype=str, encoding="utf-8-sig",
-            skipinitialspace=True, engine="python" if sep == r"\s+" else "c",
-        )  # fmt: skip
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        table = pd.read_csv(path, skiprows=skip, encoding="utf-8-sig", **options)
+        names = pd.read_csv(io.StringIO(first), keep_default_na=False, **options).iloc[0]
+    except pd.errors.EmptyDataError:
+        table = pd.DataFrame()
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
         msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise DataError(f"{path}: cannot parse it as a table ({msg}); check ingest.separator "
                         "and ingest.header") from err  # fmt: skip
-    table.columns = [str(c).strip() for c in table.columns]
-    return table, 2 if has_header else 1
+    if table.empty:
+        raise DataError(f"{path} holds no data rows{', only a header line' if has_header else ''}"
+                        "; ingest needs measurements")  # fmt: skip
+    if has_header:
+        names = [str(n).strip() for n in names]
+        while len(names) > table.shape[1] and not names[-1]:  # a trailing separator names nothing
+            names.pop()
+        if len(names) != table.shape[1]:
+            raise DataError(
+                f"{path}: the header names {len(names)} columns ({', '.join(names)}), the rows "
+                f"have {table.shape[1]}; check ingest.separator, or correct the header line"
+            )
+        table.columns = [n or f"Unnamed: {j}" for j, n in enumerate(names)]
+    else:
+        table.columns = [str(c) for c in table.columns]
+    return table, skip + 1
 
 
 def _columns_of(path: Path, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -607,7 +670,10 @@ def ingest(cfg: DictConfig) -> Path:
         raise DataError(f"{out} already exists; pass ingest.overwrite=true to replace it, or "
                         "data_file=<path> to write elsewhere")  # fmt: skip
     mapping = mapping_from_config(i)
-    table = read_table(source, i.header, str(i.separator), _names(i.names), _names(i.trial) or [])
+    table = read_table(
+        source, i.header, str(i.separator), _names(i.names), _names(i.trial) or [],
+        cfg.memory_limit,
+    )  # fmt: skip
     log.info("read %s: %d rows, columns %s", source, len(table), list(table.columns))
     result = ingest_table(table, mapping, options_from_config(i), source)
     n = result.notes

@@ -339,7 +339,9 @@ def evaluate(cfg: DictConfig) -> dict:
 
     data_file = Path(cfg.data_file)
     splits = ("test", "train") if e.figures and e.plot_training_data else ("test",)
-    data = read_dataset(data_file, system=system.name, dim=system.dim, splits=splits)
+    data = read_dataset(
+        data_file, system=system.name, dim=system.dim, splits=splits, memory_limit=cfg.memory_limit
+    )
     width = data.splits["test"].observed.shape[-1]  # positions only (d) or states (2d)
     observes = "q" if is_position_model(model) else "qp"
     if problem := data_problem(observes, width, system.dim, model, cfg.method.name, str(data_file)):

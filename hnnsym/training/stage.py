@@ -67,8 +67,9 @@ def train(cfg: DictConfig) -> TrainResult:
     except (TypeError, ValueError) as err:
         raise UserError(str(err)) from err
     data = read_dataset(
-        data_file, system=system.name, dim=system.dim, splits=("train", "val"), arrays=()
-    )
+        data_file, system=system.name, dim=system.dim, splits=("train", "val"), arrays=(),
+        memory_limit=cfg.memory_limit,
+    )  # fmt: skip
     stored = data.attrs.get("system_params") or {}
     # systems whose parameters (beyond dim) the file must match: a custom H, and the constrained
     # systems' masses and lengths (files of other masses share the path)
