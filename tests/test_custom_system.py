@@ -91,8 +91,11 @@ def test_the_text_is_never_evaluated(monkeypatch):
         ("q if p else 1", r"'q if p else 1' is not allowed"),
         ("'q' + p", r"'q' is not a number"),
         ("[q, p]", r"is not allowed"),
-        ("2**2**1000 + q", r"column 1: 2\*\*2\*\*1000 is a number of about 3.2e\+300 digits; at most "
-         r"1000 are allowed"),
+        (
+            "2**2**1000 + q",
+            r"column 1: 2\*\*2\*\*1000 is a number of about 3.2e\+300 digits; at most "
+            r"1000 are allowed",
+        ),
         ("log(-1) + q + p", r"I\*pi is not real"),
         ("   ", r"system.hamiltonian is empty"),
         ("3.5", r"depends on no coordinate \(q, p\)"),

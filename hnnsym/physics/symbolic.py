@@ -180,9 +180,12 @@ class _Context:
                 raise self.fail(node, f"operator {shown!r} is not allowed (only + - * / **)")
             left, right = self.build(node.left), self.build(node.right)
             op = type(node.op)
-            if not (left.free_symbols or right.free_symbols):
-                self.bounded(node, _UNEVALUATED[op](left, right))
+            numbers = not (left.free_symbols or right.free_symbols)
+            if numbers and op is ast.Pow:  # the one fold that can explode: checked before
+                self.bounded(node, sympy.Pow(left, right, evaluate=False))
             result = _BINARY[op](left, right)
+            if numbers:  # + - * / of bounded numbers are cheap: checked after
+                self.bounded(node, result)
             if op in (ast.Div, ast.Pow) and _is_non_finite(result) and right.is_number:
                 if (op is ast.Div and right.is_zero) or (left.is_zero and right.is_negative):
                     raise self.fail(node, f"{self.segment(node)} divides by zero")
@@ -219,15 +222,6 @@ class _Context:
         return result
 
 
-_UNEVALUATED: dict[type, Callable[[sympy.Expr, sympy.Expr], sympy.Expr]] = {
-    ast.Add: lambda a, b: sympy.Add(a, b, evaluate=False),
-    ast.Sub: lambda a, b: sympy.Add(a, sympy.Mul(-1, b, evaluate=False), evaluate=False),
-    ast.Mult: lambda a, b: sympy.Mul(a, b, evaluate=False),
-    ast.Div: lambda a, b: sympy.Mul(a, sympy.Pow(b, -1, evaluate=False), evaluate=False),
-    ast.Pow: lambda a, b: sympy.Pow(a, b, evaluate=False),
-}
-
-
 def _is_non_finite(e: sympy.Expr) -> bool:
     """``e`` is, or directly holds, zoo, ±oo or nan (where sympy's folding puts them)."""
     return e in _NON_FINITE or any(a in _NON_FINITE for a in e.args)
@@ -246,16 +240,16 @@ def _reach(e: sympy.Expr) -> float:
 
 @functools.lru_cache(maxsize=4096)
 def digits(e: sympy.Expr) -> float:
-    """Roughly the decimal digits sympy needs to hold the symbol-free ``e`` once folded, from
-    above and without folding it: log10 max(|x|, 1/|x|) of a number (of the larger of numerator
-    and denominator of a fraction); inf when that is beyond float64. Operations combine their
-    operands' sizes (a power multiplies, exp exponentiates); a function that keeps sizes
-    (sin, log of a big number) still costs its argument's digits to evaluate."""
+    """Roughly the decimal digits sympy needs to hold the symbol-free ``e`` once folded, without
+    folding it: log10 max(|x|, 1/|x|) of a number (exact for an integer or fraction, its larger
+    part; within a bit for a float), inf when that is beyond float64. Operations combine their
+    operands' sizes, from above for products and powers (a power multiplies, exp exponentiates);
+    a function that keeps sizes (sin, log of a big number) still costs its argument's digits."""
     if e.is_Rational:
-        return max(e.p.bit_length(), e.q.bit_length(), 1) * _LOG10_2 - _LOG10_2
+        return max((math.log10(abs(n)) for n in (e.p, e.q) if n), default=0.0)
     if e.is_Float:
-        _, mantissa, exponent, bits = e._mpf_
-        return abs(exponent + bits - 1) * _LOG10_2 if mantissa else 0.0
+        _, mantissa, exponent, bits = e._mpf_  # |x| in [2**(exponent+bits-1), 2**(exponent+bits))
+        return max(exponent + bits, 1 - exponent - bits) * _LOG10_2 if mantissa else 0.0
     if not e.args:  # pi, E, I, zoo ...
         return 1.0
     sizes = [digits(a) for a in e.args]
