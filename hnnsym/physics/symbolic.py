@@ -72,8 +72,8 @@ _BINARY = {
 _OPERATOR_TEXT = {ast.FloorDiv: "//", ast.Mod: "%", ast.MatMult: "@", ast.LShift: "<<",
                   ast.RShift: ">>", ast.BitOr: "|", ast.BitAnd: "&"}  # fmt: skip
 # sympy folds numbers exactly (9**9**9 has 3.7e8 digits) in single calls no timer interrupts: a
-# number beyond this many decimal digits (of its numerator, denominator or exponent) is refused
-# before it is computed. float64 ends at 1e308, so every number H can use fits.
+# number of more than this many decimal digits (log10 max(|x|, 1/|x|); a fraction's larger part) is
+# refused, a power before it is computed. float64 ends at 1e308: every number H can use fits.
 MAX_DIGITS = 1000
 BUDGET_S = 10.0  # wall-clock seconds for parsing, compiling and analysing one expression
 _NON_FINITE = (sympy.zoo, sympy.oo, -sympy.oo, sympy.nan)
