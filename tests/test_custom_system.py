@@ -91,7 +91,11 @@ def test_the_text_is_never_evaluated(monkeypatch):
         ("q if p else 1", r"'q if p else 1' is not allowed"),
         ("'q' + p", r"'q' is not a number"),
         ("[q, p]", r"is not allowed"),
-        ("2**2**1000 + q", r"column 4: the exponent of 2\*\*1000 is too large"),
+        (
+            "2**2**1000 + q",
+            r"column 1: 2\*\*2\*\*1000 is a number of about 3.2e\+300 digits; at most "
+            r"1000 are allowed",
+        ),
         ("log(-1) + q + p", r"I\*pi is not real"),
         ("   ", r"system.hamiltonian is empty"),
         ("3.5", r"depends on no coordinate \(q, p\)"),
@@ -121,7 +125,7 @@ def test_bad_expressions_are_one_line_errors(text, message):
         ({"params": {"q": 1.0}}, r"the name 'q' is given twice"),
         ({"coordinates": ["x", "exp"]}, r"coordinate name 'exp' is a function or constant name"),
         ({"coordinates": ["x", "2y"]}, r"coordinate name '2y' is not an identifier"),
-        ({"hamiltonian": "p**2/2 + q/k", "params": {"k": 0}}, r"infinite \(a division by zero\?\)"),
+        ({"hamiltonian": "p**2/2 + q/k", "params": {"k": 0}}, r"column 10: q/k divides by zero"),
     ],
 )  # fmt: skip
 def test_bad_specs_are_one_line_errors(kwargs, message):

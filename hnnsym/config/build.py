@@ -35,10 +35,20 @@ def instantiate(node: Mapping[str, Any] | DictConfig, key: str, *args: Any, **kw
         return hydra.utils.instantiate(dict(node), *args, **kwargs)
     except InstantiationException as err:
         cause = err.__cause__ or err
-        message = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
-        raise UserError(f"{key}: {message}") from err
+        raise UserError(f"{key}: {_one_line(cause)}") from err
     except (TypeError, ValueError) as err:
         raise UserError(f"{key}: {err}") from err
+
+
+def _one_line(err: BaseException) -> str:
+    """Hydra's message of ``err`` (wrapped over several lines, as the blocklist's refusal of
+    ``os.system``) on one line, without its ``full_key:`` / ``object_type=`` trailer."""
+    lines = [
+        line.strip()
+        for line in str(err).splitlines()
+        if line.strip() and not line.strip().startswith(("full_key:", "object_type="))
+    ]
+    return " ".join(lines) or type(err).__name__
 
 
 def model_spec(model_cfg: Mapping[str, Any]) -> dict[str, Any]:

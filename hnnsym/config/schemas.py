@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -52,6 +52,10 @@ def between(low: float, high: float) -> Rule:
 
 def finite_ge(low: float) -> Rule:
     return Rule(f"a finite number >= {low}", lambda v: math.isfinite(v) and v >= low)
+
+
+def finite_gt(low: float) -> Rule:
+    return Rule(f"a finite number > {low}", lambda v: math.isfinite(v) and v > low)
 
 
 def one_of(*choices: Any) -> Rule:
@@ -111,14 +115,14 @@ class NoiseSchema:
 
 @dataclass
 class PlateauSchema:
-    factor: float = MISSING
-    patience: int = MISSING
+    factor: float = checked(between(0, 1))  # the lr is multiplied by it
+    patience: int = checked(ge(0))
 
 
 @dataclass
 class EarlyStopSchema:
-    patience: int = MISSING
-    min_delta: float = MISSING
+    patience: int = checked(ge(1))  # 0 would stop after the first epoch
+    min_delta: float = checked(Rule("in [0, 1)", lambda v: 0 <= v < 1))  # relative improvement
 
 
 @dataclass
@@ -128,8 +132,8 @@ class TrainSchema:
     window: int = checked(ge(1))
     segments: int = checked(ge(1))
     substeps: int = checked(ge(1))
-    lr: float = checked(gt(0))
-    weight_decay: float = checked(ge(0))
+    lr: float = checked(finite_gt(0))
+    weight_decay: float = checked(finite_ge(0))
     optimizer: dict[str, Any] = MISSING  # a _target_ node (hnnsym.config.build)
     schedule: str = MISSING  # a key of schedulers (checked where they are built)
     schedulers: dict[str, Any] = MISSING  # _target_ nodes
@@ -141,7 +145,7 @@ class TrainSchema:
     max_val: int | None = checked(ge(1), nullable=True)
     init: str = checked(one_of("observed", "smoothed", "learned"))
     init_iterations: int = checked(ge(1))
-    init_lr: float | None = checked(gt(0), nullable=True)
+    init_lr: float | None = checked(finite_gt(0), nullable=True)
     continuity: float = checked(finite_ge(0))
     ema: float | None = checked(Rule("in (0, 1]", lambda v: 0 < v <= 1), nullable=True)
     ema_start: int = checked(ge(1))
@@ -160,7 +164,7 @@ class GenerateSchema:
     train_steps: int = checked(ge(1))
     test_steps: int = checked(ge(1))
     integrator: str = MISSING
-    tol: float | None = checked(gt(0), nullable=True)
+    tol: float | None = checked(finite_gt(0), nullable=True)
     max_iter: int = checked(ge(1))
     chunk: int = checked(ge(1))
     overwrite: bool = MISSING
@@ -272,14 +276,20 @@ def _train_rules(cfg: DictConfig) -> str | None:
 CROSS_CHECKS: dict[str, list[Callable[[DictConfig], str | None]]] = {"train": [_train_rules]}
 
 
-def _range_problem(schema: type, node: Any, where: str) -> str | None:
-    """The first field of ``node`` (checked against ``schema``) that breaks its Rule."""
+def _range_problems(schema: type, node: Any, where: str) -> list[str]:
+    """What is wrong with each field of ``node`` (checked against ``schema``, nested sections
+    included) that breaks its Rule, in the schema's order."""
+    problems: list[str] = []
     for f in fields(schema):
+        key = f"{where}.{f.name}" if where else f.name
+        nested = f.default_factory
+        if isinstance(nested, type) and is_dataclass(nested):
+            problems += _range_problems(nested, node[f.name], key)
+            continue
         rule: Rule | None = f.metadata.get("rule")
         if rule is None:
             continue
         value = node[f.name]
-        key = f"{where}.{f.name}" if where else f.name
         if value is None:
             if f.metadata.get("nullable"):
                 continue
@@ -295,14 +305,15 @@ def _range_problem(schema: type, node: Any, where: str) -> str | None:
                 pass
         null = " or null" if f.metadata.get("nullable") else ""
         shown = repr(value) if isinstance(value, str) else value
-        return f"{key} must be {rule.text}{null}, got {shown}"
-    return None
+        problems.append(f"{key} must be {rule.text}{null}, got {shown}")
+    return problems
 
 
 def validated(cfg: DictConfig, *sections: str, common: bool = True) -> DictConfig:
     """Check ``cfg``'s ``sections`` (names in SECTIONS) and, with ``common``, its CommonSchema
     keys against their types; replace each by its checked copy and return ``cfg``.
-    UserError (one line: the key and what is wrong) on the first problem."""
+    UserError (one line: the key and what is wrong) on the first problem: a wrong type, or the
+    first section whose values break their ranges (all of that section's, joined by "; ")."""
     checks: list[tuple[str | None, type, Any]] = []
     if common:
         keys = [f for f in CommonSchema.__dataclass_fields__ if f in cfg]
@@ -325,9 +336,8 @@ def validated(cfg: DictConfig, *sections: str, common: bool = True) -> DictConfi
                 cfg[key] = node[key]
         else:
             cfg[name] = node
-        problem = _range_problem(schema, node, name or "")
-        if problem:
-            raise UserError(problem)
+        if problems := _range_problems(schema, node, name or ""):
+            raise UserError("; ".join(problems))
     for name in sections:
         for rule in CROSS_CHECKS.get(name, []):
             problem = rule(cfg)

@@ -5,7 +5,13 @@ The text is parsed with Python's ``ast`` (``mode="eval"``) and never evaluated: 
 ``FUNCTIONS`` are accepted, and the sympy expression is built node by node from that tree. The torch
 function is a recursive translation of the sympy expression into closures over tensor operations
 (no ``lambdify``, no ``exec``), so autograd gives ∇H. sympy also decides separability
-(∂²H/∂q_i∂p_j ≡ 0) and the mass of T = |p|²/(2m).
+(∂²H/∂q_i∂p_j ≡ 0) and the mass of T = |p|²/(2m), without ``simplify`` where it can (see
+``vanishes``).
+
+The work is bounded: a number that sympy would fold exactly (``9**9**9``, ``exp(exp(700.0))``) is
+refused before it is computed when it would need more than ``MAX_DIGITS`` digits, a folded
+division by zero or other non-finite number is refused where it appears, and ``time_limit`` gives
+parsing and analysis together a wall-clock budget (``BUDGET_S``).
 
 Errors are one line (``UserError``) naming the key ``where`` (``system.hamiltonian``) and, for
 syntax, the column.
@@ -14,11 +20,15 @@ syntax, the column.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import logging
 import math
 import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import random
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import sympy
 import torch
@@ -61,7 +71,15 @@ _BINARY = {
 }
 _OPERATOR_TEXT = {ast.FloorDiv: "//", ast.Mod: "%", ast.MatMult: "@", ast.LShift: "<<",
                   ast.RShift: ">>", ast.BitOr: "|", ast.BitAnd: "&"}  # fmt: skip
-MAX_NUMERIC_EXPONENT = 100  # number ** number is exact in sympy: 2**2**100 would never finish
+# sympy folds numbers exactly (9**9**9 has 3.7e8 digits) in single calls no timer interrupts: a
+# number of more than this many decimal digits (log10 max(|x|, 1/|x|); a fraction's larger part) is
+# refused, a power before it is computed. float64 ends at 1e308: every number H can use fits.
+MAX_DIGITS = 1000
+BUDGET_S = 10.0  # wall-clock seconds for parsing, compiling and analysing one expression
+_NON_FINITE = (sympy.zoo, sympy.oo, -sympy.oo, sympy.nan)
+_LOG10_2 = math.log10(2)
+_LOG10_E = math.log10(math.e)
+_GROWING = (sympy.exp, sympy.sinh, sympy.cosh)  # |f(x)| ~ e^|x|
 
 
 def symbol(name: str) -> sympy.Symbol:
@@ -85,13 +103,14 @@ def check_names(coordinates: Sequence[str], constants: Iterable[str], where: str
 
 def parse(
     text: str, coordinates: Sequence[str], constants: Iterable[str] = (),
-    where: str = "system.hamiltonian",
+    where: str = "system.hamiltonian", values: Mapping[str, float] | None = None,
 ) -> sympy.Expr:  # fmt: skip
-    """The sympy expression of ``text`` in the symbols ``coordinates`` and ``constants`` (real).
+    """The sympy expression of ``text`` in the symbols ``coordinates`` and ``constants`` (real);
+    a constant in ``values`` enters as its number, so it is folded (and bounded) as one.
 
     Never evaluates ``text``: it is parsed by ``ast`` and only whitelisted nodes are translated.
-    UserError (one line) on a syntax error (with its column), a disallowed construct, or an
-    unknown symbol."""
+    UserError (one line) on a syntax error (with its column), a disallowed construct, an
+    unknown symbol, a number of more than MAX_DIGITS digits or a non-finite one."""
     constants = list(constants)
     check_names(coordinates, constants, where)
     if not isinstance(text, str):
@@ -107,6 +126,7 @@ def parse(
     except (RecursionError, MemoryError, ValueError) as err:
         raise UserError(f"{where} {text!r} cannot be parsed ({type(err).__name__})") from None
     names = {name: symbol(name) for name in (*coordinates, *constants)}
+    names.update({name: sympy.Float(value) for name, value in (values or {}).items()})
     context = _Context(text, where, names, list(coordinates), constants)
     try:
         return context.build(tree.body)
@@ -132,7 +152,10 @@ class _Context:
             value = node.value
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise self.fail(node, f"{self.segment(node)} is not a number")
-            return sympy.Integer(value) if isinstance(value, int) else sympy.Float(value)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise self.fail(node, f"{self.segment(node)} is not a finite float64 number")
+            number = sympy.Integer(value) if isinstance(value, int) else sympy.Float(value)
+            return self.bounded(node, number)
         if isinstance(node, ast.Name):
             if node.id in self.names:
                 return self.names[node.id]
@@ -156,17 +179,17 @@ class _Context:
                 shown = _OPERATOR_TEXT.get(type(node.op), type(node.op).__name__)
                 raise self.fail(node, f"operator {shown!r} is not allowed (only + - * / **)")
             left, right = self.build(node.left), self.build(node.right)
-            if (
-                isinstance(node.op, ast.Pow)
-                and left.is_number
-                and right.is_number
-                and abs(float(right)) > MAX_NUMERIC_EXPONENT
-            ):
-                raise self.fail(node, f"the exponent of {self.segment(node)} is too large")
-            try:
-                return _BINARY[type(node.op)](left, right)
-            except ZeroDivisionError:
-                raise self.fail(node, f"{self.segment(node)} divides by zero") from None
+            op = type(node.op)
+            numbers = not (left.free_symbols or right.free_symbols)
+            if numbers and op is ast.Pow:  # the one fold that can explode: checked before
+                self.bounded(node, sympy.Pow(left, right, evaluate=False))
+            result = _BINARY[op](left, right)
+            if numbers:  # + - * / of bounded numbers are cheap: checked after
+                self.bounded(node, result)
+            if op in (ast.Div, ast.Pow) and _is_non_finite(result) and right.is_number:
+                if (op is ast.Div and right.is_zero) or (left.is_zero and right.is_negative):
+                    raise self.fail(node, f"{self.segment(node)} divides by zero")
+            return self.finite(node, result)
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
                 name = self.segment(node.func)
@@ -174,12 +197,90 @@ class _Context:
                                 f"{', '.join(sorted(FUNCTIONS))}")  # fmt: skip
             if node.keywords or len(node.args) != 1 or isinstance(node.args[0], ast.Starred):
                 raise self.fail(node, f"{node.func.id} takes one argument")
-            return FUNCTIONS[node.func.id][0](self.build(node.args[0]))
+            f, arg = FUNCTIONS[node.func.id][0], self.build(node.args[0])
+            if not arg.free_symbols:
+                self.bounded(node, f(arg, evaluate=False))
+            return self.finite(node, f(arg))
         raise self.fail(node, f"{self.segment(node)!r} is not allowed (only numbers, names, "
                         "+ - * / **, and calls of functions)")  # fmt: skip
 
+    def bounded(self, node: ast.AST, number: sympy.Expr) -> sympy.Expr:
+        """``number`` (symbol-free, usually unevaluated), refused if it needs > MAX_DIGITS digits."""
+        size = digits(number)
+        if size > MAX_DIGITS:
+            about = f"about {size:.2g}" if math.isfinite(size) else "more than 1e308"
+            raise self.fail(node, f"{self.segment(node)} is a number of {about} digits; at most "
+                            f"{MAX_DIGITS} are allowed")  # fmt: skip
+        return number
+
+    def finite(self, node: ast.AST, result: sympy.Expr) -> sympy.Expr:
+        """``result``, refused if folding made it (or one of its terms or factors) zoo, ±oo or
+        nan: the operands are finite, so it is this node's doing."""
+        if _is_non_finite(result):
+            bad = next(e for e in (result, *result.args) if e in _NON_FINITE)
+            raise self.fail(node, f"{self.segment(node)} is not finite: it folds to {bad}")
+        return result
+
+
+def _is_non_finite(e: sympy.Expr) -> bool:
+    """``e`` is, or directly holds, zoo, ±oo or nan (where sympy's folding puts them)."""
+    return e in _NON_FINITE or any(a in _NON_FINITE for a in e.args)
+
+
+def _reach(e: sympy.Expr) -> float:
+    """An upper bound of |e| for a symbol-free ``e`` (inf beyond float64)."""
+    if e.is_Rational or e.is_Float:
+        try:
+            return abs(float(e))
+        except OverflowError:
+            return math.inf
+    size = digits(e)
+    return 10.0**size if size < 308 else math.inf
+
+
+@functools.lru_cache(maxsize=4096)
+def digits(e: sympy.Expr) -> float:
+    """Roughly the decimal digits sympy needs to hold the symbol-free ``e`` once folded, without
+    folding it: log10 max(|x|, 1/|x|) of a number (exact for an integer or fraction, its larger
+    part; within a bit for a float), inf when that is beyond float64. Operations combine their
+    operands' sizes, from above for products and powers (a power multiplies, exp exponentiates);
+    a function that keeps sizes (sin, log of a big number) still costs its argument's digits."""
+    if e.is_Rational:
+        return max((math.log10(abs(n)) for n in (e.p, e.q) if n), default=0.0)
+    if e.is_Float:
+        _, mantissa, exponent, bits = e._mpf_  # |x| in [2**(exponent+bits-1), 2**(exponent+bits))
+        return max(exponent + bits, 1 - exponent - bits) * _LOG10_2 if mantissa else 0.0
+    if not e.args:  # pi, E, I, zoo ...
+        return 1.0
+    sizes = [digits(a) for a in e.args]
+    if e.is_Add:  # fractions add up their denominators
+        fractions = sum(
+            s for a, s in zip(e.args, sizes, strict=True) if a.is_Rational and not a.is_Integer
+        )
+        return fractions + max(sizes) + math.log10(len(sizes))
+    if e.is_Mul:
+        return sum(sizes)
+    if e.is_Pow:
+        return 0.0 if sizes[0] == 0 else _reach(e.args[1]) * sizes[0]
+    if isinstance(e, _GROWING):
+        return _reach(e.args[0]) * _LOG10_E
+    if isinstance(e, sympy.log):
+        return math.log10(sizes[0] / _LOG10_E + 1) + 1
+    return max(sizes)
+
 
 # ---- sympy -> torch -------------------------------------------------------------------------
+
+_INT_EXPONENT = 2**31  # a larger integer exponent is a float one for torch (which wants int64)
+
+
+def _brief(e: sympy.Expr, width: int = 60) -> str:
+    """``str(e)``, its middle cut out when longer than ``width`` (a number of 500 digits)."""
+    text = str(e)
+    if len(text) <= width:
+        return text
+    return f"{text[: width // 2]}...{text[-width // 4 :]} ({len(text)} characters)"
+
 
 Values = Sequence  # of Tensor | float, one per symbol of ``compile_torch``
 
@@ -193,16 +294,17 @@ def compile_torch(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]) -> Callable
         if not (e.free_symbols & index.keys()):
             if e.free_symbols:
                 missing = sorted(map(str, e.free_symbols))
-                raise ValueError(f"{e} has symbols without values: {missing}")
+                raise ValueError(f"{_brief(e)} has symbols without values: {missing}")
             try:
                 c = float(e)
             except TypeError:
                 c = math.nan
             if not math.isfinite(c):
                 what = (
-                    "infinite (a division by zero?)" if e.has(sympy.zoo, sympy.oo) else "not real"
-                )
-                raise ValueError(f"{e} is {what}")
+                    "infinite (a division by zero?)" if e.has(sympy.zoo, sympy.oo)
+                    else "beyond float64" if math.isinf(c) else "not real"
+                )  # fmt: skip
+                raise ValueError(f"{_brief(e)} is {what}")
             return lambda v: c
         if e.is_Symbol:
             i = index[e]
@@ -216,7 +318,7 @@ def compile_torch(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]) -> Callable
             b = build(base)
             if exp == sympy.Rational(1, 2):
                 return lambda v: torch.sqrt(b(v))
-            if exp.is_Integer:
+            if exp.is_Integer and abs(exp) <= _INT_EXPONENT:
                 k = int(exp)
                 return lambda v: b(v) ** k
             x = build(exp)
@@ -225,7 +327,7 @@ def compile_torch(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]) -> Callable
             (arg,) = e.args
             f, a = _TORCH[e.func], build(arg)
             return lambda v: f(a(v))
-        raise ValueError(f"no torch translation of {e.func.__name__} in {e}")
+        raise ValueError(f"no torch translation of {e.func.__name__} in {_brief(e)}")
 
     return build(expr)
 
@@ -233,8 +335,70 @@ def compile_torch(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]) -> Callable
 # ---- analysis ------------------------------------------------------------------------------
 
 
-def is_zero(e: sympy.Expr) -> bool:
-    """True when sympy proves ``e`` ≡ 0 (False when it cannot decide)."""
+class _OutOfTime(BaseException):
+    """The budget's timer went off (a BaseException: sympy's ``except Exception`` lets it pass)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, what: str) -> Iterator[None]:
+    """Run the block within ``seconds`` of wall-clock time, else UserError "<what> took more than
+    <seconds> s". A SIGALRM timer: it needs the main thread and ``signal.setitimer`` and leaves an
+    armed timer alone (the block then runs without a budget, as under an outer ``time_limit``).
+    It interrupts Python code only: one long C call (an exact power) is bounded by MAX_DIGITS."""
+    if (
+        not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+        or signal.getitimer(signal.ITIMER_REAL)[0] > 0
+    ):
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:
+        raise _OutOfTime
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except _OutOfTime:
+        raise UserError(f"{what} took more than {seconds:g} s to parse and analyse; write it "
+                        "more simply") from None  # fmt: skip
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+
+
+_POINTS = 8  # random points of the numeric test in vanishes
+_PRECISION = 30  # its decimal digits
+_NONZERO = 1e-15  # a value above this at 30 digits is no rounding error of an exact zero
+
+
+def nonzero_somewhere(e: sympy.Expr) -> bool:
+    """True when ``e`` evaluates (30 digits) to a real number > 1e-15 in magnitude at one of 8
+    points drawn uniformly from [-1.5, 1.5] for its symbols (seeded): then e ≢ 0. False proves
+    nothing (e may be undefined or complex at the points, or tiny)."""
+    symbols = sorted(e.free_symbols, key=str)
+    draw = random.Random(0)
+    for _ in range(_POINTS):
+        point = {s: sympy.Float(draw.uniform(-1.5, 1.5), _PRECISION) for s in symbols}
+        try:
+            value = e.evalf(_PRECISION, subs=point)
+        except ArithmeticError:  # mpmath's overflow of a huge intermediate: no verdict here
+            continue
+        if value.is_Number and value.is_finite and abs(value) > _NONZERO:
+            return True
+    return False
+
+
+def vanishes(e: sympy.Expr) -> bool:
+    """True when ``e`` ≡ 0. Exact and cheap first: sympy's canonical form is 0 (the sum of a T(p)
+    and a V(q) differentiates to a literal 0), or ``e`` is nonzero at a random point (the mixed
+    derivative of most non-separable H). Only what both leave open goes to ``sympy.simplify``,
+    which may take long (under ``time_limit``) and then decides False when it cannot prove 0."""
+    if e == 0:
+        return True
+    if nonzero_somewhere(e):
+        return False
     try:
         return sympy.simplify(e) == 0
     except Exception:  # noqa: BLE001 — sympy's simplify may fail on odd input: not provably zero
@@ -245,14 +409,15 @@ def separable_mass(
     expr: sympy.Expr, q: Sequence[sympy.Symbol], p: Sequence[sympy.Symbol]
 ) -> tuple[bool, float | None]:
     """(separable, mass): separable when every ∂²H/∂q_i∂p_j ≡ 0, i.e. H = T(p) + V(q); mass m when
-    moreover T(p) = H − H(q, 0) = |p|²/(2m) with m > 0 (None otherwise)."""
-    if not all(is_zero(sympy.diff(expr, qi, pj)) for qi in q for pj in p):
+    moreover T(p) = H − H(q, 0) = |p|²/(2m) with m > 0 (None otherwise). ≡ 0 as ``vanishes``
+    decides it."""
+    if not all(vanishes(sympy.diff(expr, qi, pj)) for qi in q for pj in p):
         return False, None
     kinetic = expr - expr.subs({pj: 0 for pj in p})
     inverse = sympy.diff(kinetic, p[0], 2)
     if inverse.free_symbols or not inverse.is_positive:
         return True, None
-    if not is_zero(kinetic - inverse * sum(pj**2 for pj in p) / 2):
+    if not vanishes(kinetic - inverse * sum(pj**2 for pj in p) / 2):
         return True, None
     return True, float(1 / inverse)
 
@@ -261,7 +426,8 @@ class SymbolicHamiltonian:
     """H(y) = the expression with y = [q, p] (B, 2d) -> (B,), constants as numbers.
 
     ``coordinates`` names the 2d columns of y in order (positions first); ``constants`` the values
-    of the other symbols of ``text``."""
+    of the other symbols of ``text``. Parsing, compiling and the separability analysis run here,
+    together within ``BUDGET_S`` seconds."""
 
     def __init__(
         self, text: str, coordinates: Sequence[str], constants: Mapping[str, float],
@@ -270,19 +436,19 @@ class SymbolicHamiltonian:
         self.text = text
         self.coordinates = list(coordinates)
         self.symbols = [symbol(c) for c in self.coordinates]
-        self.expr_symbolic = parse(text, self.coordinates, constants, where)
-        self.expr = self.expr_symbolic.subs(
-            {symbol(k): sympy.Float(v) for k, v in constants.items()}
-        )
-        used = self.expr.free_symbols
-        self.unused = [c for c, s in zip(self.coordinates, self.symbols) if s not in used]
-        if len(self.unused) == len(self.coordinates):
-            raise UserError(f"{where} {text!r} depends on no coordinate "
-                            f"({', '.join(self.coordinates)})")  # fmt: skip
-        try:
-            self._f = compile_torch(self.expr, self.symbols)
-        except ValueError as err:
-            raise UserError(f"{where} {text!r}: {err}") from None
+        with time_limit(BUDGET_S, f"{where} {text!r}"):
+            self.expr = parse(text, self.coordinates, constants, where, values=constants)
+            used = self.expr.free_symbols
+            self.unused = [c for c, s in zip(self.coordinates, self.symbols) if s not in used]
+            if len(self.unused) == len(self.coordinates):
+                raise UserError(f"{where} {text!r} depends on no coordinate "
+                                f"({', '.join(self.coordinates)})")  # fmt: skip
+            try:
+                self._f = compile_torch(self.expr, self.symbols)
+            except ValueError as err:
+                raise UserError(f"{where} {text!r}: {err}") from None
+            d = len(self.symbols) // 2
+            self._separability = separable_mass(self.expr, self.symbols[:d], self.symbols[d:])
 
     def __call__(self, y: Tensor) -> Tensor:
         out = self._f(y.unbind(-1))
@@ -292,8 +458,7 @@ class SymbolicHamiltonian:
 
     def separability(self) -> tuple[bool, float | None]:
         """(separable, mass) of H: see ``separable_mass``."""
-        d = len(self.symbols) // 2
-        return separable_mass(self.expr, self.symbols[:d], self.symbols[d:])
+        return self._separability
 
 
 class SymbolicModel(nn.Module):
@@ -332,10 +497,16 @@ class SymbolicModel(nn.Module):
         if unknown := sorted(set(init) - set(learn)):
             raise UserError(f"model.init sets {unknown}, which are not in model.learn {learn}")
         fixed = {k: float(v) for k, v in params.items() if k not in starts}
-        expr = parse(hamiltonian, coordinates, [*fixed, *starts], "model.hamiltonian")
-        expr = expr.subs({symbol(k): sympy.Float(v) for k, v in fixed.items()})
-        if missing := [k for k in learn if symbol(k) not in expr.free_symbols]:
-            raise UserError(f"model.learn: H does not depend on {', '.join(missing)}")
+        symbols = [symbol(c) for c in coordinates]
+        with time_limit(BUDGET_S, f"model.hamiltonian {hamiltonian!r}"):
+            expr = parse(hamiltonian, coordinates, [*fixed, *starts], "model.hamiltonian", fixed)
+            if missing := [k for k in learn if symbol(k) not in expr.free_symbols]:
+                raise UserError(f"model.learn: H does not depend on {', '.join(missing)}")
+            try:
+                self._f = compile_torch(expr, [*symbols, *(symbol(k) for k in learn)])
+            except ValueError as err:
+                raise UserError(f"model.hamiltonian {hamiltonian!r}: {err}") from None
+            self.separable = separable_mass(expr, symbols[:dim], symbols[dim:])[0]
         self.dim, self.names, self.text = dim, learn, hamiltonian
         self.constants = nn.ParameterDict(
             {
@@ -343,12 +514,6 @@ class SymbolicModel(nn.Module):
                 for k, v in starts.items()
             }
         )
-        symbols = [symbol(c) for c in coordinates]
-        try:
-            self._f = compile_torch(expr, [*symbols, *(symbol(k) for k in learn)])
-        except ValueError as err:
-            raise UserError(f"model.hamiltonian {hamiltonian!r}: {err}") from None
-        self.separable = separable_mass(expr, symbols[:dim], symbols[dim:])[0]
 
     def forward(self, y: Tensor) -> Tensor:
         out = self._f([*y.unbind(-1), *(self.constants[k] for k in self.names)])
