@@ -19,10 +19,17 @@ import pytest
 import torch
 from stage_cli import assert_one_line_error, run_stage, tree_hashes
 
+from hnnsym.convert_checkpoint import convert as convert_in_process
+from hnnsym.errors import UserError
 from hnnsym.evaluation.metrics import RolloutResult, rollout_metrics
 from hnnsym.evaluation.summary import summary_text
 from hnnsym.physics.systems import get_system
-from hnnsym.training.checkpoints import CHECKSUM, load_checkpoint, save_checkpoint
+from hnnsym.training.checkpoints import (
+    CHECKSUM,
+    UnsafeCheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -185,6 +192,24 @@ def test_an_earlier_checkpoint_is_refused_then_converted_once_the_user_confirms(
     proc = convert(best)
     assert proc.returncode == 0 and "nothing to do" in proc.stdout
     assert tree_hashes(best) == converted
+
+
+def test_a_checkpoint_without_checksum_converts_without_unpickling_and_backups_are_kept(tmp_path):
+    path = tmp_path / "best.pt"
+    torch.save({"model": {"w": torch.ones(2)}, "epoch": 1}, path)  # safe, but no checksum
+    with pytest.raises(UnsafeCheckpointError, match=f"{CONVERT} {path}"):
+        load_checkpoint(path)
+    original = path.read_bytes()
+    assert "converted" in convert_in_process(path, trust=False)  # nothing to unpickle: no question
+    assert load_checkpoint(path)["epoch"] == 1
+    assert (tmp_path / "best.pt.unsafe").read_bytes() == original
+    assert "nothing to do" in convert_in_process(path, trust=False)
+    # an earlier backup is never replaced
+    torch.save({"model": {"w": torch.ones(2)}}, path)
+    kept = path.read_bytes()
+    with pytest.raises(UserError, match="already exists"):
+        convert_in_process(path, trust=True)
+    assert path.read_bytes() == kept and (tmp_path / "best.pt.unsafe").read_bytes() == original
 
 
 # ---- corrupted checkpoints ----------------------------------------------------------------------
