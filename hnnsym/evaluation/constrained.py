@@ -133,9 +133,9 @@ def evaluate_constrained(
     e0 = cart(truth_c[0]).abs()
 
     def over_valid(x: Tensor, reduce: str) -> float:
-        x = x[valid]
-        if x.numel() == 0:
+        if not bool(valid[1:].any()):  # no state predicted (the starts are given)
             return math.nan
+        x = x[valid]
         return float(x.mean() if reduce == "mean" else x.max())
 
     masses = getattr(model, "masses", None)

@@ -414,7 +414,7 @@ def rollout_metrics(
         return torch.where(valid, x, -math.inf).amax(1).where(n_valid > 0, math.nan)
 
     def over_valid(x: Tensor, reduce: str) -> float:
-        if not bool(valid.any()):
+        if not bool(valid[1:].any()):  # no state predicted (the starts are given): not 0
             return math.nan
         return float(x[valid].mean() if reduce == "mean" else x[valid].max())
 

@@ -18,9 +18,20 @@ def summary_text(m: dict, out: Path, body: str, about: str = "") -> str:
     return (
         f"evaluated {m['checkpoint']['path']} (epoch {m['checkpoint']['epoch']}) "
         f"on {m['data']['file']}{about}\n"
-        f"{body}\n"
-        f"  metrics: {out / 'metrics.json'}\n"
+        f"{body}\n" + all_failed(m) + f"  metrics: {out / 'metrics.json'}\n"
         f"  curves:  {out / 'rollout.csv'}\n"
         f"  figures: {out}/{{{figures}}}.png"
         + "".join(f"\n  note: {note}" for note in m.get("notes", []))
+    )
+
+
+def all_failed(m: dict) -> str:
+    """The warning line when every rollout failed (else ""): their errors and drifts cover only
+    the states before each failure, and are null where no state was predicted."""
+    if m.get("rollout_failed") != 1:
+        return ""
+    reasons = "; ".join(m.get("rollout_failures") or []) or "no reason recorded"
+    return (
+        f"  warning: all {m['rollout_trajectories']} rollouts failed ({reasons}): their errors and "
+        "drifts cover only the states before each failure, n/a where none was predicted\n"
     )
