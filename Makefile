@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
 TORCH := torch==2.13.0
 
-.PHONY: install test lint format demo example-data bench bench-train-time figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum table-chain clean
+.PHONY: install test lint format docs demo example-data bench bench-train-time figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum table-chain clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +18,15 @@ install: $(STAMP)
 
 test: install
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+# The documentation site (mkdocs.yml, docs/) into site/; --strict: any warning (a broken link, a
+# docstring cross-reference that does not resolve) fails the build. Needs no network but PyPI.
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -32,7 +42,7 @@ demo: install
 	$(PY) -m hnnsym.evaluate system=henon_heiles experiment=demo
 
 # A CSV of pendulum "measurements" (header, trial column, dropped frames, wrapped angles, CRLF):
-# data/examples/pendulum.csv, for python -m hnnsym.ingest (README "Your own measurements").
+# data/examples/pendulum.csv, for python -m hnnsym.ingest (docs/guide/recordings.md).
 example-data: install
 	test -f data/examples/pendulum.csv || $(PY) -m hnnsym.data.example
 
@@ -43,7 +53,7 @@ figure5: install
 # Benchmarks (figures in outputs/profile/.../profile.{csv,md,png}): the headline ratios to backprop
 # at 32 and 1024 steps, the memory at 1024 and 8192 steps (keep_every=sqrt), the profile for every
 # Gauss–Legendre order, the reversible round trip at 1e6 steps, RATTLE over 1e5 steps, and the
-# training time of make table1's runs against 52db500 (issue 16).
+# training time of make table1's runs against 52db500 (before the training speed-ups).
 bench: install
 	$(PY) -m hnnsym.profile 'profile.steps=[32,1024]'
 	$(PY) -m hnnsym.profile experiment=profile_memory
@@ -52,11 +62,11 @@ bench: install
 	$(PY) benchmarks/rattle_long_run.py
 	$(PY) benchmarks/train_time.py --before 52db500
 
-# Training time of make table1's runs against the commit issue 16 was filed at (outputs/bench/train_time)
+# Training time of make table1's runs against 52db500 (before the training speed-ups) (outputs/bench/train_time)
 bench-train-time: install
 	$(PY) benchmarks/train_time.py --before 52db500
 
-# ---- Table 1 (seed 000) with its baselines, figures, noise sweep --------------------------------
+# ---- Table 1 (Choudhary et al.) with its baselines, figures, noise sweep --------------------------------
 T1_SYSTEMS := double_well coupled_oscillator henon_heiles
 T1_SEEDS := 0 1 2
 comma := ,
@@ -82,7 +92,7 @@ table1: install
 	@echo "  with the first 7 methods: about 55 min (33 min for install + 9 data files + the 54"
 	@echo "  paper-budget runs, 21 min for the 9 long runs); table1_ema adds 9 paper-budget runs."
 	@echo "  Finished runs are kept, so a re-run only redoes evaluation. (Those times are one run at a"
-	@echo "  time, before issue 16; the runs now go to one worker per core: T1_LAUNCHER.)"
+	@echo "  time, before the speed-ups; the runs now go to one worker per core: T1_LAUNCHER.)"
 	$(call generate_missing,low)
 	$(PY) -m hnnsym.train -m experiment=$(T1_METHODS) $(T1_AXES) train.resume=auto $(T1_LAUNCHER)
 	$(PY) -m hnnsym.evaluate -m experiment=$(T1_METHODS) $(T1_AXES) eval.figures=false $(T1_LAUNCHER)
@@ -106,7 +116,7 @@ noise-sweep: install
 	$(PY) -m hnnsym.evaluate -m experiment=$(NOISE_METHODS) noise=$(subst $(space),$(comma),$(NOISES)) $(T1_AXES) eval.figures=false $(T1_LAUNCHER)
 	$(PY) -m hnnsym.table1 report.runs=outputs/table1
 
-# ---- Tables 2-3 of seed 002 (DDLM: learning from positions only) -------------------------------
+# ---- Tables 2-3 of Aoshima et al. (DDLM: learning from positions only) -------------------------------
 DDLM_SYSTEMS := mass_spring pendulum
 DDLM_NOISES := none low
 DDLM_SEEDS := 0 1 2 3 4
@@ -130,7 +140,7 @@ table-ddlm: install
 	$(PY) benchmarks/ddlm_energy_floor.py
 
 # The 2-body column at the paper's budget (experiment=ddlm_two_body: 100,000 Adam steps per run).
-# Measured per run (README "The 2-body column"): 6-9 min CPU (leapfrog) and 11-14 min CPU
+# Measured per run (docs/papers/ddlm.md, "The 2-body column"): 6-9 min CPU (leapfrog) and 11-14 min CPU
 # (proposed) of training, data 25 s CPU per seed; the leapfrog+proposed run trains the leapfrog's
 # bits again so that the table finds it: about 1.2 h CPU for seeds 0-2. DDLM_TB_NOISES="none low"
 # adds the noise column the paper did not report; DDLM_TB_ARGS adds overrides to every train and
@@ -151,7 +161,7 @@ table-ddlm-two-body: install
 	  eval.figures=false || exit 1
 	$(PY) -m hnnsym.table_ddlm report.runs=outputs/ddlm
 
-# ---- Seed 004: chain pendulum, CHNN / CLNN vs HNN in angles vs NODE (reduced budget) ----------
+# ---- Finzi et al.: chain pendulum, CHNN / CLNN vs HNN in angles vs NODE (reduced budget) ----------
 # CHAIN_SYSTEM=coupled_pendulum: the reference's 3-D coupled pendulums instead, CHAIN_LINKS their
 # number of bobs (no angle-coordinate version: no hnn)
 CHAIN_SYSTEM ?= chain_pendulum
@@ -180,7 +190,7 @@ CHAIN_TRAIN = train.epochs=$(CHAIN_EPOCHS) train.window=4 train.batch_size=200 t
 
 chain-pendulum: install
 	@echo "chain-pendulum: $(CHAIN_SYSTEM), $(CHAIN_MODELS) for N in $(CHAIN_LINKS), seeds $(CHAIN_SEEDS), noise $(CHAIN_NOISE),"
-	@echo "  $(CHAIN_EPOCHS) epochs (the reference: 2000). Measured on a 2-core machine (README): the default"
+	@echo "  $(CHAIN_EPOCHS) epochs (the reference: 2000). Measured on a 2-core machine (docs/papers/constrained.md): the default"
 	@echo "  grid (N = 1-5, 4 models, 3 seeds, 100 epochs) 64 min CPU, 44 min wall as two make processes;"
 	@echo "  N = 2 at 2000 epochs: CHNN 23 min CPU, chnn_rattle 31 min, chnn_rattle4 56 min"
 	for N in $(CHAIN_LINKS); do for k in $(CHAIN_SEEDS); do \
@@ -220,4 +230,4 @@ table-chain: install
 	  report.out_dir=$(CHAIN_RESULTS)
 
 clean:
-	rm -rf outputs data/*/ .pytest_cache
+	rm -rf outputs data/*/ .pytest_cache site

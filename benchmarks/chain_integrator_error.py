@@ -1,4 +1,4 @@
-"""The integrator's own share of a chain-pendulum rollout error (issue 13): the TRUE chain rolled
+"""The integrator's own share of a chain-pendulum rollout error: the TRUE chain rolled
 out by each integrator, against the file's Gauss–Legendre ground truth.
 
     python benchmarks/chain_integrator_error.py --data data/chain30s_2/chain_pendulum/none/seed0.h5 \

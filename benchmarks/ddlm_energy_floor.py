@@ -1,8 +1,8 @@
-"""The mass–spring energy MSE that no Eq. 12 model can beat, beside the learned runs (issue 14).
+"""The mass–spring energy MSE that no Eq. 12 model can beat, beside the learned runs.
 
     python benchmarks/ddlm_energy_floor.py            # the last step of make table-ddlm
 
-Seed 002's Table 2 "Energy" is the true H at the predicted positions with the scheme's own
+Aoshima et al.'s Table 2 "Energy" is the true H at the predicted positions with the scheme's own
 velocity (Eq. 11). For the harmonic oscillator H = q² + p² (q̈ = −ω²q, ω = 2, Δt = 0.2) the best
 Eq. 12 model is the quadratic V = ½k*q² with k* = (2/Δt)²tan²(ωΔt/2)
 (``hnnsym.ode.lagrangian.eq12_harmonic_stiffness``): it predicts every position exactly, yet its
@@ -38,7 +38,7 @@ from hnnsym.ode.lagrangian import eq12_harmonic_stiffness
 from hnnsym.physics.systems import get_system
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_ENERGY_MSE = 4.52e-5  # seed 002, Table 2, proposed, mass–spring
+PAPER_ENERGY_MSE = 4.52e-5  # Aoshima et al., Table 2, proposed, mass–spring
 TEST_SET = 25
 
 

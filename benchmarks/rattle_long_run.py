@@ -1,4 +1,4 @@
-"""RATTLE over 10⁵ steps of the planar pendulum in Cartesian coordinates (issue 13).
+"""RATTLE over 10⁵ steps of the planar pendulum in Cartesian coordinates.
 
 q ∈ R², H = |p|²/2m + m g q_y, g(q) = |q|² − l² (m = 1.3, l = 0.9, g = 9.81), two initial states
 (θ, ω) = (1.0, 0.5) and (−2.0, 1.0), step h = 0.1 (≈ 19 steps per small-amplitude period). Reports

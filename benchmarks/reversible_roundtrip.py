@@ -1,4 +1,4 @@
-"""Round trip of the fixed-point reversible leapfrog on chaotic Hénon–Heiles orbits (issue 7).
+"""Round trip of the fixed-point reversible leapfrog on chaotic Hénon–Heiles orbits.
 
 N steps of size h forward, then N steps of -h back, from states on energy shells near the escape
 energy 1/6. Reports whether the int64 state came back bit for bit, the wall times, the energy

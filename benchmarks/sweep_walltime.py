@@ -1,4 +1,4 @@
-"""Wall time of one sweep (train + evaluate multiruns) per Hydra launcher on this machine (issue 6).
+"""Wall time of one sweep (train + evaluate multiruns) per Hydra launcher on this machine.
 
 The sweep: systems × gradients × seeds (default 3 × 2 × 2 = 12 jobs per stage), tiny or small
 sizes. The data are generated once (basic launcher, not timed); then, for each launcher, ``train -m``

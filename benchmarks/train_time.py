@@ -1,4 +1,4 @@
-"""Training time of `make table1`'s paper-budget runs, this tree against an earlier commit (issue 16).
+"""Training time of `make table1`'s paper-budget runs, this tree against an earlier commit.
 
     python benchmarks/train_time.py --before 52db500            # = make bench-train-time
     python benchmarks/train_time.py --before 52db500 --experiments table1 --systems double_well

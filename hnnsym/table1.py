@@ -1,4 +1,4 @@
-"""python -m hnnsym.table1 — seed 000's Table 1 from our runs, with the paper's numbers beside ours.
+"""python -m hnnsym.table1 — Choudhary et al.'s Table 1 from our runs, with the paper's numbers beside ours.
 
     python -m hnnsym.table1 report.runs=outputs/table1      ->  results/table1.{csv,md,tex}
                                                              (+ results/noise_sweep.{csv,md,png}

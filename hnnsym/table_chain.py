@@ -1,4 +1,4 @@
-"""python -m hnnsym.table_chain — seed 004's chain-pendulum table (CHNN, CLNN, HNN in angles, NODE,
+"""python -m hnnsym.table_chain — Finzi et al.'s chain-pendulum table (CHNN, CLNN, HNN in angles, NODE,
 the chaos floor) from our runs, the reference's numbers beside ours.
 
     python -m hnnsym.table_chain report.runs='outputs/chain*'   ->  results/table_chain.{csv,md}

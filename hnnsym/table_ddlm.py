@@ -1,4 +1,4 @@
-"""python -m hnnsym.table_ddlm — seed 002's Tables 2 and 3 (positions only) from our runs, the
+"""python -m hnnsym.table_ddlm — Aoshima et al.'s Tables 2 and 3 (positions only) from our runs, the
 paper's numbers beside ours.
 
     python -m hnnsym.table_ddlm report.runs=outputs/ddlm      ->  results/table_ddlm.{csv,md}

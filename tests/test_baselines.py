@@ -363,7 +363,7 @@ def test_experiments_select_each_method(compose_config):
     }
     assert compose_config("train", ["experiment=table1_ema"]).train.ema == 0.99
     assert compose_config("train", ["experiment=table1"]).train.ema is None
-    # the weight average is the default (issue 17); the papers' settings pin it off
+    # the weight average is the default; the papers' settings pin it off
     assert compose_config("train", []).train.ema == 0.99
     for overrides in (["method=chnn"], ["method=clnn"], ["experiment=ddlm_pendulum"]):
         assert compose_config("train", overrides).train.ema is None, overrides

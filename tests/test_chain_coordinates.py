@@ -1,4 +1,4 @@
-"""Which models may learn which coordinates of the chain pendulum (seed 004, issue 13): an
+"""Which models may learn which coordinates of the chain pendulum (Finzi et al.): an
 unconstrained H (HNN, ...) is refused on the Cartesian constrained data, a constrained model
 (CHNN, CLNN) on anything else, in one line and before anything is trained or written (the run dir
 is created empty, as for the other refusals of the train stage); NODE (the baseline, no energy)

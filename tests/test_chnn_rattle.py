@@ -1,4 +1,4 @@
-"""CHNN through RATTLE (issue 13): rollouts of a constrained model start from states projected onto
+"""CHNN through RATTLE: rollouts of a constrained model start from states projected onto
 its own manifold (``project_state``), CHNN gives RATTLE what it needs, the gradient of a window loss
 through RATTLE is the same by symplectic adjoint and backprop, and the stages run with
 integrator=rattle."""

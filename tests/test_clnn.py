@@ -1,4 +1,4 @@
-"""CLNN (seed 004): Lagrange multipliers on the chain pendulum in Cartesian coordinates. The
+"""CLNN (Finzi et al.): Lagrange multipliers on the chain pendulum in Cartesian coordinates. The
 multipliers against the saddle system of L by autograd and against Φ̈ = 0, the field against the
 true chain's and against CHNN's, exact gradients through the kernel, and the three stages."""
 

@@ -1,4 +1,4 @@
-"""Constrained mechanics (seed 004): the projection, the chain pendulum's ground truth against an
+"""Constrained mechanics (Finzi et al.): the projection, the chain pendulum's ground truth against an
 independent solution in angles, the angle coordinates, and the configs."""
 
 from __future__ import annotations

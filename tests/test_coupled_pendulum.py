@@ -1,4 +1,4 @@
-"""The 3-D coupled pendulum (seed 004's CoupledPendulum, issue 13): the sampler's convention against
+"""The 3-D coupled pendulum (Finzi et al.'s CoupledPendulum): the sampler's convention against
 the reference's Euler-angle construction, the Cartesian ground truth against an independent
 solution of the equations of motion in spherical angles, energy and constraints along the stored
 truth, CHNN / CLNN with the true masses and potential plugged in, RATTLE, the stages end to end,

@@ -189,11 +189,11 @@ def test_data_error_is_a_user_error():
 
 
 # ---- files written by hand (not by generate) -------------------------------------------------
-SCHEMA_DOC = "README.md, section 'File format'"
+SCHEMA_DOC = "docs/guide/recordings.md, section 'File format'"
 
 
 def write_by_hand(path: Path, drop: tuple[str, ...] = (), **attrs) -> Path:
-    """What README's schema table marks required, written with plain h5py: root attributes
+    """What the schema table (docs/guide/recordings.md) marks required, written with plain h5py: root attributes
     schema_version, system, dim, obs_dt; observed and t per split (no clean)."""
     splits = random_splits()
     with h5py.File(path, "w") as f:

@@ -1,4 +1,4 @@
-"""Learning from positions only (seed 002, DDLM): discrete gradients, the discrete Euler–Lagrange
+"""Learning from positions only (Aoshima et al., DDLM): discrete gradients, the discrete Euler–Lagrange
 equation (Eq. 12) and its Newton solve, exact energy conservation, the position baselines,
 positions-only data files, one-line errors for data that do not fit the method, and a tiny
 generate -> train -> evaluate run in-process."""

@@ -1,4 +1,4 @@
-"""The units of the position-only losses (seed 002): ``method.loss.units`` scales the residual by
+"""The units of the position-only losses (Aoshima et al.): ``method.loss.units`` scales the residual by
 a power of Δt only, so the loss and its gradient change by the factor Δt⁴ and nothing else (the
 same minimiser, the same gradient direction); the acceleration-unit baseline loss is Eq. 13's
 residual computed independently; the default bits and ``experiment=ddlm_two_body``'s choice."""

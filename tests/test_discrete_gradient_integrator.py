@@ -1,4 +1,4 @@
-"""integrator=discrete_gradient (issue 14, DGNet's Hamiltonian form): y⁺ = y + h J⁻¹∇̄H(y⁺, y)
+"""integrator=discrete_gradient (DGNet's Hamiltonian form): y⁺ = y + h J⁻¹∇̄H(y⁺, y)
 conserves H exactly for any H, has order 2, equals implicit midpoint for a quadratic H (Gonzalez),
 differentiates by backprop, and refuses fields without an energy in one line."""
 

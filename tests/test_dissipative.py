@@ -1,4 +1,4 @@
-"""Dissipative dynamics ż = (J⁻¹ − R)∇H (issue 15): the damped built-in systems against scipy and
+"""Dissipative dynamics ż = (J⁻¹ − R)∇H: the damped built-in systems against scipy and
 their energy budget, the learned model DissipativeHNN (R PSD, its field, exact gradients through
 the symplectic adjoint, refusals), the evaluation of its damping, and a short fit that recovers
 a damping rate. Convention: R = γ diag(0, I), so ṗ = −∂H/∂q − γ ∂H/∂p, dH/dt = −γ|∂H/∂p|².

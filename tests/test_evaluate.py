@@ -282,7 +282,7 @@ def test_train_overrides_are_accepted_and_the_checkpoints_train_config_recorded(
         evaluate(compose_cfg(data_dir, tmp_path, "train.lr=fast"))
 
 
-# ---- data that generate did not write, and earlier evaluations (issue 18) ---------------------
+# ---- data that generate did not write, and earlier evaluations ---------------------
 
 
 def without_clean(source: Path, target: Path) -> Path:

@@ -156,7 +156,7 @@ def test_continuous_adjoint_converges_to_backprop(integrator):
     """Fixed T = 1/2, h halved three times, loss on two observations.
 
     - dL/dθ: order 2 for every integrator. The adjoint accumulates ∫ λᵀ ∂f/∂θ dt by the trapezoidal
-      rule on the step states (seed 000, Alg. 3), an O(h²) quadrature whatever the integrator's
+      rule on the step states (Choudhary et al., Alg. 3), an O(h²) quadrature whatever the integrator's
       order; measured 2.0 for implicit midpoint, GL4 and RK4 alike.
     - dL/dy0 for Gauss–Legendre: exact. A symplectic RK method applied to the augmented system
       (y, λ) is its own discrete adjoint (the partner of a Gauss method is itself), and stepping a

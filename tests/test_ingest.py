@@ -1,5 +1,5 @@
 """python -m hnnsym.ingest: files of measurements -> the HDF5 schema, and train/evaluate on them
-with no true H (issue 15)."""
+with no true H."""
 
 from __future__ import annotations
 

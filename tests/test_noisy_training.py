@@ -1,4 +1,4 @@
-"""Options of `train` for noisy data (issue 17): the weight average (train.ema, ema_start), the
+"""Options of `train` for noisy data: the weight average (train.ema, ema_start), the
 learned initial states (train.init=learned) and multiple shooting with learned segment starts
 joined by a continuity penalty (train.continuity)."""
 

@@ -5,7 +5,7 @@ tolerance along a long run, bounded energy error, symplecticity of the step map 
 space of the manifold, exact gradients (finite differences, autograd through Newton, and every
 gradient method that accepts it), one-line refusals.
 
-The 10⁵-step run of the issue is ``benchmarks/rattle_long_run.py`` (part of ``make bench``); the
+The 10⁵-step run is ``benchmarks/rattle_long_run.py`` (part of ``make bench``); the
 suite runs 10³ steps of the same check.
 """
 

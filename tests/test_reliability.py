@@ -163,15 +163,15 @@ def test_evaluate_without_checkpoint(tmp):
     assert_one_line_error(proc, "no checkpoint", "python -m hnnsym.train")
 
 
-# ---- files that generate did not write (issue 18) --------------------------------------------
-SCHEMA_DOC = "README.md, section 'File format'"
+# ---- files that generate did not write --------------------------------------------
+SCHEMA_DOC = "docs/guide/recordings.md, section 'File format'"
 TINY_EVAL = ["eval.grid_points=40", "eval.slice_points=21", "eval.rollout_steps=10",
              "eval.plot_trajectories=1", "device=cpu"]  # fmt: skip
 
 
 def write_measured(path: Path, source: Path, n_train: int = 57, **attrs) -> Path:
     """A data file as a user writes one by hand from measured trajectories, with plain h5py and
-    only what README's schema table marks required: root attributes schema_version, system, dim,
+    only what the schema table (docs/guide/recordings.md) marks required: root attributes schema_version, system, dim,
     obs_dt, and observed + t per split (no clean, no simulation attributes). The states are the
     first ``n_train`` training (and all val/test) observations of ``source``; ``attrs`` overrides
     a root attribute, or drops it when None."""

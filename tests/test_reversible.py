@@ -1,4 +1,4 @@
-"""The fixed-point reversible leapfrog and the O(1)-memory ``reversible`` gradient (issue 7)."""
+"""The fixed-point reversible leapfrog and the O(1)-memory ``reversible`` gradient."""
 
 from __future__ import annotations
 

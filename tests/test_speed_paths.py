@@ -1,4 +1,4 @@
-"""The fast paths of issue 16 compute the same thing: tanh as 2σ(2z) − 1 in the closed-form ∇H, and
+"""The training speed-ups' fast paths compute the same thing: tanh as 2σ(2z) − 1 in the closed-form ∇H, and
 its one-node graph."""
 
 import pytest

@@ -77,7 +77,7 @@ def _tb_f(q, p, gravity, mass):
     return p / mass, torch.cat([-force, force], -1)
 
 
-# The chain pendulum (seed 004), masses and lengths of links=2 as the reference draws them
+# The chain pendulum (Finzi et al.), masses and lengths of links=2 as the reference draws them
 # (numpy RandomState(0), popped from the end).
 _U = np.random.RandomState(0).rand(4)
 _CHAIN = {"m": 0.6 + 0.8 * _U[1::-1], "l": 0.6 + 0.8 * _U[:1:-1], "g": 9.81}
@@ -126,7 +126,7 @@ def _chain_angles_f(q, p, m, l, g):  # noqa: E741
     return w, dp - g * torch.diagonal(c) * torch.tensor(l) * torch.sin(q)
 
 
-# The coupled pendulum (seed 004, 3-D): bobs=2 tethered to (0, 0, 0) and (1, 0, 0) by unit rods,
+# The coupled pendulum (Finzi et al., 3-D): bobs=2 tethered to (0, 0, 0) and (1, 0, 0) by unit rods,
 # masses 1, gravity along -z, a spring k = 10 of rest length 1 between the bobs.
 _COUPLED = {"m": np.array([1.0, 1.0]), "g": 9.81, "k": 10.0}
 

@@ -1,4 +1,4 @@
-"""hnnsym.table_chain / hnnsym.reporting.table_chain: seed 004's chain table from run dirs made by
+"""hnnsym.table_chain / hnnsym.reporting.table_chain: Finzi et al.'s chain table from run dirs made by
 hand (``make_run``, conftest), every expected value computed here: grouping by N, model, noise,
 data size, budget, rollout integrator and horizon; the angle-coordinate HNN joining its chain; one
 chaos-floor row per data set; the reference beside the rows it was measured for; the CLI."""

@@ -82,7 +82,7 @@ def test_train_and_evaluate_run_in_process_on_a_composed_config(
 
 
 def test_few_steps_per_epoch_are_said_on_every_progress_line(compose_config, tmp_path, capsys):
-    """16 trajectories in batches of 16: one optimizer step per epoch (issue 18: early stopping
+    """16 trajectories in batches of 16: one optimizer step per epoch (early stopping
     then ends the run before it has learned, and a note before training was easy to miss)."""
     assert steps_per_epoch(57, 64) == 1 and steps_per_epoch(57, 8) == 8
     assert few_steps_advice(57, 64) == "try train.batch_size=8 (8 steps per epoch)"

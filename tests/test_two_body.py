@@ -1,4 +1,4 @@
-"""The 2-body task of seed 002 / DGNet / HNN: the initial-condition sampler is HNN's construction,
+"""The 2-body task of Aoshima et al. / DGNet / HNN: the initial-condition sampler is HNN's construction,
 and the ground truth of ``experiment=ddlm_two_body`` agrees with an independent solver."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ One HDF5 file per (system, noise, seed), ``data/<system>/<noise>/seed<k>.h5``::
                 config (resolved Hydra config, YAML), created (UTC ISO 8601), observe
 
 ``observe`` says what ``observed`` holds: "qp", (q, p) states (N, T+1, 2d), or "q", positions only
-(N, T+1, d) (``generate.observe=q``, seed 002); absent means "qp". ``clean`` is always (N, T+1, 2d).
+(N, T+1, d) (``generate.observe=q``, Aoshima et al.); absent means "qp". ``clean`` is always (N, T+1, 2d).
 
 ``observed``/``clean`` are chunked one trajectory per chunk, gzip-compressed with the shuffle and
 fletcher32 (checksum) filters, so corruption is detected on read. Plain h5py reads it all.
@@ -82,7 +82,7 @@ WRITE_ATTRS = (
     "seed", "config",
 )  # fmt: skip
 # Where a data file's required contents are documented (named in the errors about them).
-SCHEMA_DOC = "README.md, section 'File format'"
+SCHEMA_DOC = "docs/guide/recordings.md, section 'File format'"
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Evaluating a model of a constrained system (seed 004: the chain pendulum, in Cartesian or angle
+"""Evaluating a model of a constrained system (Finzi et al.: the chain pendulum, in Cartesian or angle
 coordinates, and the 3-D coupled pendulum). The H grid errors over a box make no sense here (most
 of the box is off the constraint manifold); instead, from the clean test initial conditions (for a
 constrained model projected onto its own manifold: its learned mass changes Φ̇), the model is
@@ -7,7 +7,7 @@ states are mapped by ``from_angles``, so models in either coordinates are compar
 states):
 
     rel_err_gmean        mean over trajectories of the geometric mean over t ∈ [t_1, T] of
-                         e(t) = ‖ẑ − z‖ / (‖ẑ‖ + ‖z‖) (seed 004; 1 after a failed rollout)
+                         e(t) = ‖ẑ − z‖ / (‖ẑ‖ + ‖z‖) (Finzi et al.; 1 after a failed rollout)
     rel_err_gmean_pooled exp(mean of log e over trajectories and t_1..T) (the reference code's
                          summary, a geometric mean over trajectories too)
     floor_*              the same for the ground truth from initial states perturbed by 1e-4·N(0, 1)

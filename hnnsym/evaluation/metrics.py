@@ -3,7 +3,7 @@
 Pure functions on tensors; states are (B, 2d) ordered [q, p], trajectories time-major (T+1, B, 2d)
 like ``integrate``. Every quantity is computed in the dtype of its inputs (evaluate uses float64).
 
-Grid error of H (H is defined up to an additive constant; seed 000 / the SHNN code):
+Grid error of H (H is defined up to an additive constant; Choudhary et al. / the SHNN code):
     c        = mean(H_true - H_pred)
     h_l1     = mean |H_true - H_pred - c|
     h_l1_raw = mean |H_true - H_pred|
@@ -12,7 +12,7 @@ Vector field f = J^-1 ∇H: vf_l1 = mean over points and components of |f_true -
 vf_rel = vf_l1 / mean |f_true|.
 
 Rollout (from the clean test initial conditions, learned H, compared to the clean trajectory):
-    bounded relative error (seed 004)  e(t) = ||ŷ(t) - y(t)|| / (||ŷ(t)|| + ||y(t)||)  in [0, 1]
+    bounded relative error (Finzi et al.)  e(t) = ||ŷ(t) - y(t)|| / (||ŷ(t)|| + ||y(t)||)  in [0, 1]
     its geometric mean over time       exp( (1 / (T - t_1)) ∫_{t_1}^{T} log e(t) dt )  (trapezoid;
                                        from the first step t_1, since e(0) = 0 by construction)
     valid prediction time              the first time e(t) exceeds a threshold (the horizon if never)
@@ -328,7 +328,7 @@ def fit_initial_states(
 
 
 def relative_error(pred: Tensor, true: Tensor) -> Tensor:
-    """Bounded relative error of seed 004, ||ŷ - y|| / (||ŷ|| + ||y||) over the last axis, in [0, 1]
+    """Bounded relative error of Finzi et al., ||ŷ - y|| / (||ŷ|| + ||y||) over the last axis, in [0, 1]
     (0 where both are 0). Both are scaled by their largest |entry| first (e does not change), so a
     finite state too large for its norm (a diverging rollout at 1e296) gives e ≈ 1, not NaN."""
     scale = torch.maximum(pred.abs().amax(-1, keepdim=True), true.abs().amax(-1, keepdim=True))

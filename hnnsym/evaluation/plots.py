@@ -157,7 +157,7 @@ def plot_positions(
     path: str | os.PathLike,
 ) -> None:
     """Positions over time (T+1, B, d), true (solid) vs predicted (dashed), one panel per
-    coordinate (seed 002, Fig. 1 top)."""
+    coordinate (Aoshima et al., Fig. 1 top)."""
     t, truth, pred = _numpy(t), _numpy(truth), _numpy(pred)
     d = truth.shape[-1]
     names = coordinate_names(d)[:d]

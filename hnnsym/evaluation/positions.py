@@ -1,4 +1,4 @@
-"""Evaluating a model learned from positions only (seed 002: ``Potential``, method=ddlm and its
+"""Evaluating a model learned from positions only (Aoshima et al.: ``Potential``, method=ddlm and its
 baselines): prediction from the first two positions, position and energy errors, the variance of
 the modelled energy, and the potential against the true one.
 
@@ -10,7 +10,7 @@ on: its positions are NaN, as in ``hnnsym.evaluation.metrics.rollout``); the exp
 
 Metrics (means over test trajectories; ``q̂`` predicted, ``q`` clean positions):
     q_mse          mean over the predicted steps n = 2..T and coordinates of (q̂_n − q_n)²
-                   (seed 002, Table 2 "Position q"); ``traj_mse`` is the same number
+                   (Aoshima et al., Table 2 "Position q"); ``traj_mse`` is the same number
     energy_mse     mean over n = 1..T−1 of (H(q̂_n, p̂_n) − H(q_n, p_n))² with the true H and the
                    momentum p̂ = m v̂ from the scheme's own velocity v̂ (Eq. 11 for eq12; see
                    ``hnnsym.ode.lagrangian.velocities``) and the system's mass m (Table 2 "Energy")

@@ -334,7 +334,7 @@ def evaluate(cfg: DictConfig) -> dict:
         raise UserError(
             f"checkpoint {ckpt_path}: dim {payload['dim']}, {system.name} has {system.dim}"
         )
-    if problem := coordinates_problem(system.name, model):  # seed 004's coordinates
+    if problem := coordinates_problem(system.name, model):  # Finzi et al.'s coordinates
         raise UserError(f"checkpoint {ckpt_path}: {problem}")
 
     data_file = Path(cfg.data_file)
@@ -392,14 +392,14 @@ def evaluate(cfg: DictConfig) -> dict:
             if where:
                 raise UserError(f"eval.init={e.init} needs {where}")
 
-        if is_constrained(system):  # seed 004: rollouts compared in Cartesian coordinates
+        if is_constrained(system):  # Finzi et al.: rollouts compared in Cartesian coordinates
             fine_dt = data.attrs.get("fine_dt")
             core, curves, figures = evaluate_constrained(
                 cfg, out, system, model, truth, t, obs_dt, steps, substeps, fine_dt
             )
         elif is_position_model(
             model
-        ):  # learned from positions only (seed 002): Eq. 12 / recurrences
+        ):  # learned from positions only (Aoshima et al.): Eq. 12 / recurrences
             core, curves, figures = evaluate_positions(cfg, out, system, model, truth, t, obs_dt)
         elif not system.known:  # measurements (hnnsym.ingest): no true H to compare with
             train = data.splits.get("train")

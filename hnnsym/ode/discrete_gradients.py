@@ -1,6 +1,6 @@
 """Discrete gradients of a scalar function V (an analytic energy or a network): (B, n) -> (B,).
 
-A discrete gradient ∇̄V(u, v) of V satisfies the discrete chain rule and consistency (seed 002, Eq. 6)
+A discrete gradient ∇̄V(u, v) of V satisfies the discrete chain rule and consistency (Aoshima et al., Eq. 6)
 
     V(u) − V(v) = ∇̄V(u, v)·(u − v),        ∇̄V(u, u) = ∇V(u),
 

@@ -1,9 +1,9 @@
-"""Position-only schemes for M q̈ = −∇V(q) (seed 002): discrete-time Lagrangian mechanics.
+"""Position-only schemes for M q̈ = −∇V(q) (Aoshima et al.): discrete-time Lagrangian mechanics.
 
 Positions q (B, d) at times nΔt, a potential V: (B, d) -> (B,) and a symmetric positive definite
 mass matrix M (d, d). Every scheme maps the last two positions (q⁻, q) to the next one q⁺.
 
-``eq12`` (seed 002, "proposed"): the discrete Euler–Lagrange equation with a discrete gradient ∇̄V
+``eq12`` (Aoshima et al., "proposed"): the discrete Euler–Lagrange equation with a discrete gradient ∇̄V
 (``hnnsym.ode.discrete_gradients``), implicit in q⁺,
 
     G(q⁺) = M (q⁺ − 2q + q⁻)/Δt² + ½ [∇̄V(q⁺, q) + ∇̄V(q, q⁻)] = 0,                        (Eq. 12)
@@ -15,7 +15,7 @@ mass matrix M (d, d). Every scheme maps the last two positions (q⁻, q) to the 
 
   the energy E_n = ½ p_nᵀ M⁻¹ p_n + V(q_n) is conserved exactly (to rounding and the Newton
   tolerance) for n ≥ 1, for any V, because ∇̄V obeys the discrete chain rule.
-Baselines (seed 002, App. A), explicit, rewritten for positions with finite-difference velocities:
+Baselines (Aoshima et al., App. A), explicit, rewritten for positions with finite-difference velocities:
   ``leapfrog``          q⁺ = 2q − q⁻ − Δt² M⁻¹ ∇V(q)           (Eq. 15; Störmer–Verlet, Eq. 13)
   ``symplectic_euler``  q⁺ = 2q − q⁻ − Δt² M⁻¹ ∇V(q)           (Eq. 17: the same positions)
   ``euler``             q⁺ = 2q − q⁻ − Δt² M⁻¹ ∇V(q⁻)          (Eq. 19)

@@ -56,7 +56,7 @@ class SolverStats:
 class Problem:
     """One call of ``integrate``: H, the integrator, step h, number of steps, and the observed
     states ``guess`` (steps+1, B, 2d) that seed each step's stage iteration (the "observed"
-    predictor of seed 000), if any."""
+    predictor of Choudhary et al.), if any."""
 
     H: Callable[[Tensor], Tensor]
     integrator: Any  # an hnnsym.ode.integrators.Integrator

@@ -1,4 +1,4 @@
-"""Constrained mechanics in Cartesian coordinates (seed 004, Finzi, Wang & Wilson 2020).
+"""Constrained mechanics in Cartesian coordinates (Finzi, Wang & Wilson 2020).
 
 States z = [x, p]: x ∈ Rⁿ the Cartesian positions of N point masses in ``spatial`` dimensions,
 body-major (n = N·spatial: x₁, y₁, x₂, y₂, …), p ∈ Rⁿ their momenta, p = M ẋ with a constant
@@ -6,7 +6,7 @@ diagonal mass matrix M (one mass per body, repeated per coordinate). Holonomic c
 Φ(x) = 0 (m of them) are rigid distances, ``DistanceConstraints``: |x_i − x_j|² − l² for a link
 and |x_i − a|² − l² for a tether to the fixed point a.
 
-The constrained dynamics (seed 004, Eq. 6) keep both Φ = 0 and its time derivative
+The constrained dynamics (Finzi et al., Eq. 6) keep both Φ = 0 and its time derivative
 Φ̇ = DΦ(x) M⁻¹ p = 0: with Ψ(z) = [Φ(x), Φ̇(x, p)] (2m) and G = ∇Ψ (2n × 2m),
 
     ż = P(z) J∇H(z),   P = I − J G (Gᵀ J G)⁻¹ Gᵀ,   J w = [w_p, −w_x]

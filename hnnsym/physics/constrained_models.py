@@ -1,4 +1,4 @@
-"""Learned constrained mechanics in Cartesian coordinates (seed 004): CHNN and CLNN.
+"""Learned constrained mechanics in Cartesian coordinates (Finzi et al.): CHNN and CLNN.
 
 Both learn, for states z = [x, p] of N point masses (x ∈ R^{N·s}, body-major, p = M ẋ as the data
 store it), a constant mass matrix M_θ = diag(exp(log_mass_i)) per body (positive definite by
@@ -23,7 +23,7 @@ learned velocity manifold Φ̇_θ = DΦ M_θ⁻¹ p = 0: there CHNN's projection
 multiplier for Φ is −λ. Off it (and the data are off it whenever M_θ is not a multiple of the true
 M, since the data's p = M ẋ with the true M) they differ: CHNN projects ẋ onto the tangent space
 and keeps both Φ and Φ̇ as first integrals everywhere; CLNN moves with ẋ = M_θ⁻¹p, keeps only Φ̇
-(Φ̈ = 0 everywhere), and Φ changes at the rate Φ̇. So, as seed 004 says, they are the same model
+(Φ̈ = 0 everywhere), and Φ changes at the rate Φ̇. So, as Finzi et al. says, they are the same model
 class but not the same training problem.
 
 Both fields are single differentiable expressions (∇V_θ closed form, ``mlp_gradient``): every

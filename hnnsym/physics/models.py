@@ -3,7 +3,7 @@
 ``NODE`` is the exception: an unstructured vector field (B, 2d) -> (B, 2d) with no H, for
 comparison (``has_hamiltonian = False``; ``hnnsym.ode.dynamics.vector_field`` calls its own
 ``vector_field``). ``Potential`` is learned from positions only: V_θ(q) (B, d) -> (B,) and a
-mass matrix, stepped by the position schemes of ``hnnsym.ode.lagrangian`` (seed 002).
+mass matrix, stepped by the position schemes of ``hnnsym.ode.lagrangian`` (Aoshima et al.).
 
 The MLP Hamiltonians also give ∇H in closed form (``energy_gradient``, ``mlp_gradient``): the
 output weight back-propagated through the layers by hand, ∇H = W₁ᵀ(σ'(z₁) ⊙ W₂ᵀ(σ'(z₂) ⊙ … W_Lᵀ)).
@@ -236,7 +236,7 @@ def has_closed_gradient(net: nn.Sequential) -> bool:
 
 
 class HNN(nn.Module):
-    """H_θ(q, p) as one MLP over the whole state (seed 000: 2d -> 16 -> 32 -> 16 -> 1, tanh)."""
+    """H_θ(q, p) as one MLP over the whole state (Choudhary et al.: 2d -> 16 -> 32 -> 16 -> 1, tanh)."""
 
     separable = False
 
@@ -356,9 +356,9 @@ class NODE(nn.Module):
 
 class Potential(nn.Module):
     """V_θ(q): positions (B, d) -> (B,), with a mass matrix M, for learning from positions only
-    (seed 002, DDLM; its baselines use the same network).
+    (Aoshima et al., DDLM; its baselines use the same network).
 
-    The MLP d -> hidden -> 1 has orthogonal weights and zero biases at initialisation (seed 002 /
+    The MLP d -> hidden -> 1 has orthogonal weights and zero biases at initialisation (Aoshima et al. /
     DGNet: hidden (200, 200), i.e. three weight layers, tanh). ``mass``: "identity" (M = I, as in
     the paper) or "learned" (M = L Lᵀ with L lower triangular, its diagonal exp(·) > 0: positive
     definite by construction, starting at I). ``discrete_gradient`` (gonzalez | avf, with

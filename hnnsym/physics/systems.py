@@ -3,9 +3,9 @@
 Every system has ``dim`` = d degrees of freedom, so states are (B, 2d) tensors ordered
 [q_1..q_d, p_1..p_d]. ``domain`` is a box (low, high) per coordinate; initial conditions are drawn
 uniformly from it (rejecting states above ``energy_max`` where set) and the evaluation grid covers the
-same box (with the same energy filter), as in seed 000. A system with ``radius`` = (r_min, r_max)
+same box (with the same energy filter), as in Choudhary et al.. A system with ``radius`` = (r_min, r_max)
 (d = 1) draws its initial conditions on that annulus of the (q, p) plane instead, radius and angle
-uniform (the samplers of DGNet's mass–spring and pendulum, seed 002); its box is then
+uniform (the samplers of DGNet's mass–spring and pendulum, Aoshima et al.); its box is then
 [−r_max, r_max]². For learning from positions, ``mass`` is the system's mass matrix (a multiple
 of I: T = |p|²/(2·mass)) and ``potential(q)`` = H(q, 0), for separable systems.
 
@@ -264,7 +264,7 @@ def two_body(
     q = (x₁, y₁, x₂, y₂), H = (|p₁|² + |p₂|²)/(2m) − G m²/|q₁ − q₂|.
 
     Initial conditions are HNN's ``random_config`` (greydanus/hamiltonian-nn,
-    experiment-2body/data.py, which DGNet and seed 002 use): body 1 at (x, y) with x and y each
+    experiment-2body/data.py, which DGNet and Aoshima et al. use): body 1 at (x, y) with x and y each
     uniform in [``coord_min``, ``coord_max``] (HNN's ``min_radius``/``max_radius``; so the distance
     r from the centre of mass lies in [√2·coord_min, √2·coord_max]), body 2 at −(x, y); each body
     gets the circular-orbit velocity (speed √(G m/(4r)), perpendicular, counter-clockwise), then

@@ -102,7 +102,7 @@ def table1(cfg: DictConfig) -> None:
 
 
 def table_ddlm(cfg: DictConfig) -> None:
-    """Seed 002's Tables 2 and 3 beside the paper's numbers, into ``report.out_dir``."""
+    """Aoshima et al.'s Tables 2 and 3 beside the paper's numbers, into ``report.out_dir``."""
     r = cfg.report
     runs, digits, eval_dir = checked_runs_and_digits(r)
     claim_output_dir(r.out_dir, "report", bool(r.overwrite), "report.overwrite")
@@ -114,7 +114,7 @@ def table_ddlm(cfg: DictConfig) -> None:
 
 
 def table_chain(cfg: DictConfig) -> None:
-    """Seed 004's chain-pendulum table beside the reference's numbers, into ``report.out_dir``."""
+    """Finzi et al.'s chain-pendulum table beside the reference's numbers, into ``report.out_dir``."""
     r = cfg.report
     runs, digits, eval_dir = checked_runs_and_digits(r)
     claim_output_dir(r.out_dir, "report", bool(r.overwrite), "report.overwrite")

@@ -1,4 +1,4 @@
-"""Seed 000's Table 1 from our runs, with the paper's numbers beside ours, and the noise sweep.
+"""Choudhary et al.'s Table 1 from our runs, with the paper's numbers beside ours, and the noise sweep.
 
 The runs are read like the generic report's (``hnnsym.reporting.runs``) and grouped by system and
 *method*: the model, with the training improvement ``train.init=smoothed`` as a method of its own.
@@ -47,7 +47,7 @@ METHODS = {
     "HNN (derivative)": "hnn_derivative",
     "NODE": "node",
 }
-# Seed 000, Table 1: (H error, runtime in s until validation loss saturation) per method, system.
+# Choudhary et al., Table 1: (H error, runtime in s until validation loss saturation) per method, system.
 PAPER: dict[tuple[str, str], tuple[float, float]] = {
     ("This work", "double_well"): (0.00035, 100.16),
     ("This work", "coupled_oscillator"): (0.74799, 100.11),
@@ -168,7 +168,7 @@ def markdown(table: pd.DataFrame, digits: int, notes: Sequence[str] = ()) -> str
     """The Markdown document: what the columns are, the table and the notes."""
     listed = "\n".join(f"- {n}" for n in notes) or "- none"
     return (
-        "# Table 1 (seed 000) reproduced\n\n"
+        "# Table 1 (Choudhary et al.) reproduced\n\n"
         "H error: mean |H_true − H_pred − c| on the evaluation grid (c = mean offset); runtime: "
         "training wall time until the epoch of least validation loss (the paper's runtimes are "
         "from its own hardware). Ours: mean ± sample std over n seeds; rollout MSE, energy drift "
@@ -180,7 +180,9 @@ def markdown(table: pd.DataFrame, digits: int, notes: Sequence[str] = ()) -> str
 
 def latex(table: pd.DataFrame, digits: int) -> str:
     """Table 1 as a booktabs LaTeX table (``tables.to_latex``)."""
-    caption = "Table 1 of seed 000 reproduced: ours (mean $\\pm$ std over seeds) beside the paper"
+    caption = (
+        "Table 1 of Choudhary et al. reproduced: ours (mean $\\pm$ std over seeds) beside the paper"
+    )
     return to_latex(table, list(COLUMNS), digits, caption, headers=COLUMNS, exact=PUBLISHED)
 
 

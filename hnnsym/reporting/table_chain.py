@@ -1,4 +1,4 @@
-"""Seed 004's chain-pendulum table from our runs, the reference's published numbers beside ours
+"""Finzi et al.'s chain-pendulum table from our runs, the reference's published numbers beside ours
 (``python -m hnnsym.table_chain``, the last step of ``make chain-pendulum``).
 
 The runs (method=chnn / clnn / node on ``chain_pendulum`` or ``coupled_pendulum``, and HNN on
@@ -50,7 +50,7 @@ SIZE_KEYS = ("system.params.links", "system.params.bobs")
 MODELS = {"chnn": "CHNN", "clnn": "CLNN", "hnn": "HNN (angles)", "node": "NODE"}
 FLOOR = "chaos floor"
 ORDER = ("CHNN", "CLNN", "HNN (angles)", "NODE", FLOOR)
-# Seed 004 (Finzi et al. 2020), the chain pendulum: per N, (CHNN, CLNN, HNN, NODE, chaos floor),
+# Finzi et al. 2020, the chain pendulum: per N, (CHNN, CLNN, HNN, NODE, chaos floor),
 # rel_err_gmean over 3 s, 100 test trajectories, 2000 epochs, 800 noise-free trajectories.
 REFERENCE: dict[int, tuple[float, float, float, float, float]] = {
     1: (7.5e-5, 7.4e-5, 1.8e-4, 1.1e-3, 4.9e-5),
@@ -193,7 +193,7 @@ def markdown(table: pd.DataFrame, digits: int, notes: Sequence[str] = ()) -> str
     listed = "\n".join(f"- {n}" for n in notes) or "- none"
     body = markdown_table(table, digits)
     return (
-        "# The chain pendulum of seed 004 (CHNN, CLNN, HNN, NODE) reproduced\n\n"
+        "# The chain pendulum of Finzi et al. (CHNN, CLNN, HNN, NODE) reproduced\n\n"
         "rel_err_gmean: the geometric mean over the rollout of e(t) = |ẑ−z|/(|ẑ|+|z|) in "
         "Cartesian coordinates (angle runs mapped to Cartesian), mean over the test "
         "trajectories; pooled: of e(t) averaged over the trajectories first. Ours: mean ± "

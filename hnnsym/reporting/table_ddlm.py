@@ -1,4 +1,4 @@
-"""Seed 002's Tables 2 and 3 (learning from positions only) from our runs, the paper's numbers
+"""Aoshima et al.'s Tables 2 and 3 (learning from positions only) from our runs, the paper's numbers
 beside ours (``python -m hnnsym.table_ddlm``, ``make table-ddlm``).
 
 The runs (method=ddlm and its baselines, evaluated) are read like the generic report's
@@ -38,7 +38,7 @@ METHODS = {
     "proposed": "ddlm",
     "leapfrog+proposed": "ddlm_leapfrog_proposed",
 }
-# Seed 002, Table 2 (position MSE, energy MSE) and Table 3 (variance of the modelled energy; not
+# Aoshima et al., Table 2 (position MSE, energy MSE) and Table 3 (variance of the modelled energy; not
 # given for leapfrog+proposed), per (method label, system).
 PAPER: dict[tuple[str, str], tuple[float, float, float]] = {
     ("Euler", "mass_spring"): (4.48e0, 1.23e1, 3.84e-1),
@@ -110,7 +110,7 @@ def markdown(table: pd.DataFrame, digits: int, notes: Sequence[str] = ()) -> str
     listed = "\n".join(f"- {n}" for n in notes) or "- none"
     body = to_markdown(table, list(COLUMNS), digits, headers=COLUMNS, exact=PUBLISHED)
     return (
-        "# Tables 2 and 3 of seed 002 (DDLM) reproduced\n\n"
+        "# Tables 2 and 3 of Aoshima et al. (DDLM) reproduced\n\n"
         "Positions predicted from the first two of each test trajectory (25 trajectories of 101 "
         "points at Δt = 0.2; 2-body: 25 orbits of 501 points at Δt = 0.05). Position MSE: mean "
         "over the predicted steps and coordinates; energy "

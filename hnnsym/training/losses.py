@@ -7,7 +7,7 @@ solver statistics of the rollout (``LossValue``). The method config names the lo
 ``LossContext``. The trainer, the windows, the optimizer, the schedule and early stopping are the
 same for all.
 
-``WindowLoss`` (seed 000, eq. 16; also NSSNN and NODE, through their integrators):
+``WindowLoss`` (Choudhary et al., eq. 16; also NSSNN and NODE, through their integrators):
     L = Σ_{t=1..τ} ||ŷ_t − y_t||²,   ŷ = integrate(H_θ, ŷ_0, h, τ·substeps)[::substeps]
   with ŷ_0 = y_0 (``init="observed"``; for a constrained model, projected onto its manifold) or, ``init="smoothed"``, ŷ_0 = z: the window's initial state
   fitted to all τ+1 observations under the model's own flow, by Gauss–Newton on
@@ -37,7 +37,7 @@ same for all.
     L = Σ_{t=1..τ−1} ||(y_{t+1} − y_{t−1})/(2h) − f_θ(y_t)||².
 Here f_θ = J⁻¹∇H_θ (``hnnsym.ode.dynamics.vector_field``) and h the observation interval.
 
-Learning from positions only (seed 002; windows (τ+1, B, d) of positions, τ >= 2, a ``Potential``
+Learning from positions only (Aoshima et al.; windows (τ+1, B, d) of positions, τ >= 2, a ``Potential``
 model V_θ with mass matrix M; ``hnnsym.ode.lagrangian``):
 ``Eq12Loss`` (DDLM): the mean over the window's position triples and coordinates of the squared
     residual of Eq. 12, M(q_{t+1} − 2q_t + q_{t−1})/Δt² + ½[∇̄V_θ(q_{t+1}, q_t) + ∇̄V_θ(q_t, q_{t−1})]
@@ -49,7 +49,7 @@ These two are means (the paper's MSE), the losses above sums over time and coord
 or "acceleration" (that divided by Δt²: for leapfrog, M⁻¹ times Eq. 13's residual); Eq12Loss is in
 acceleration, PositionStepLoss in position units by default. The same minimiser and gradient
 direction either way, but Adam's ε is not scale-free: a position-unit residual is Δt² times
-smaller, so the second-moment root √v̂ can fall below ε (README, "The 2-body column").
+smaller, so the second-moment root √v̂ can fall below ε (docs/papers/ddlm.md, "The 2-body column").
 A loss says what it learns from (``observes``: "qp" states, "q" positions); ``data_problem``
 checks the data and the model against it.
 """
@@ -126,7 +126,7 @@ class LossContext:
 
 @dataclass
 class WindowLoss(Loss, LossContext):
-    """The training loss of seed 000 over windows (τ+1, B, 2d) of observations, made from the run's
+    """The training loss of Choudhary et al. over windows (τ+1, B, 2d) of observations, made from the run's
     LossContext; it integrates with step h = obs_dt / substeps.
 
     With ``segments`` = S > 1 the window is cut into S pieces of τ/S steps, each started from its
@@ -327,7 +327,7 @@ class DerivativeLoss(Loss):
 
 @dataclass
 class Eq12Loss(Loss):
-    """DDLM (seed 002): mean squared residual of Eq. 12 over the position triples of windows
+    """DDLM (Aoshima et al.): mean squared residual of Eq. 12 over the position triples of windows
     (τ+1, B, d), τ >= 2, for a ``Potential`` model (V_θ, its mass matrix and discrete gradient)."""
 
     obs_dt: float
@@ -354,7 +354,7 @@ class Eq12Loss(Loss):
 
 @dataclass
 class PositionStepLoss(Loss):
-    """The position-only baselines of seed 002: mean squared error of the explicit recurrence's
+    """The position-only baselines of Aoshima et al.: mean squared error of the explicit recurrence's
     q_{t+1} (``scheme`` leapfrog | symplectic_euler | euler) from (q_{t−1}, q_t) over windows
     (τ+1, B, d), τ >= 2, for a ``Potential`` model."""
 

@@ -162,7 +162,7 @@ def build_trainer(
     observes = getattr(loss, "observes", "qp")
     if problem := data_problem(observes, width, dim, model, cfg.method.name, str(data_file)):
         raise UserError(problem)
-    if problem := coordinates_problem(system["name"], model):  # seed 004's coordinates
+    if problem := coordinates_problem(system["name"], model):  # Finzi et al.'s coordinates
         raise UserError(problem)
     optimizer = build_optimizer(t, model)
     scheduler = build_scheduler(t, optimizer)

@@ -1,6 +1,6 @@
-"""Training on windows of observations (seed 000), with resume: the epoch loop and checkpoints.
+"""Training on windows of observations (Choudhary et al.), with resume: the epoch loop and checkpoints.
 
-The losses (seed 000's rollout loss ``WindowLoss`` and the baselines' ones) are in
+The losses (Choudhary et al.'s rollout loss ``WindowLoss`` and the baselines' ones) are in
 ``hnnsym.training.losses``; the trainer is the same for all of them.
 """
 

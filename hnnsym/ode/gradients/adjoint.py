@@ -1,11 +1,11 @@
-"""The continuous adjoint of seed 000 (approximate).
+"""The continuous adjoint of Choudhary et al. (approximate).
 
 Backward from t_N to t_0 with step -h and the forward integrator, on the augmented system
 
     y' = f(y),    λ' = -(∂f/∂y)ᵀ λ,
 
 starting from y_N (the state is re-integrated backward, nothing is stored per step). At every
-observation time the loss's jump is added, λ(t_n) += ∂L/∂y_n (seed 000's code seeds λ only at the
+observation time the loss's jump is added, λ(t_n) += ∂L/∂y_n (Choudhary et al.'s code seeds λ only at the
 final time), and dL/dθ = ∫ λᵀ ∂f/∂θ dt is accumulated on the fly by the trapezoidal rule.
 
 This is the gradient of the continuous problem, discretized. Its dL/dθ differs from the exact

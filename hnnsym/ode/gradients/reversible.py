@@ -1,4 +1,4 @@
-"""O(1)-memory exact gradients by rebuilding states bit for bit (seed 003, Stam).
+"""O(1)-memory exact gradients by rebuilding states bit for bit (Stam).
 
 Needs ``integrator=reversible_leapfrog`` and a separable H = T(p) + V(q). Forward runs without a
 graph and keeps only the initial and final int64 states (and H's parameters); memory does not grow
@@ -13,7 +13,7 @@ The undo substeps are the forward step with -h, so the integers are rebuilt exac
 of the undo is minus the forward one as a function, hence the minus signs: together these are the
 vector-Jacobian products of the forward float map (rounding straight-through), so the result equals
 ``gradient=backprop`` through the same fixed-point integrator up to float rounding (the adjoint
-position Verlet of seed 003, eq. 16). Each force is evaluated once, with its graph, and serves both
+position Verlet of Stam, eq. 16). Each force is evaluated once, with its graph, and serves both
 the undo (its value) and the VJP; T'(p_n) serves the two half drifts around y_n with one VJP on the
 summed cotangent. At most one force graph is alive at a time. At the end the rebuilt initial state
 is compared with the saved one, and a mismatch (forces that do not repeat bit for bit) raises.

@@ -1,4 +1,4 @@
-"""Exact, memory-efficient gradients: the symplectic adjoint method (seed 001).
+"""Exact, memory-efficient gradients: the symplectic adjoint method (Matsubara et al.).
 
 An integrator without Runge–Kutta stages that brings its own exact adjoint of one step,
 ``step_vjp(problem, y_n, y_{n+1}, λ, params, n)`` (RATTLE), is differentiated the same way,

@@ -1,4 +1,4 @@
-"""The discrete-gradient integrator for a Hamiltonian H(q, p) (DGNet's form; seed 002, Eq. 6):
+"""The discrete-gradient integrator for a Hamiltonian H(q, p) (DGNet's form; Aoshima et al., Eq. 6):
 
     y_{n+1} = y_n + h J⁻¹ ∇̄H(y_{n+1}, y_n),
 

@@ -1,4 +1,4 @@
-"""A bitwise-reversible leapfrog: position Verlet on an integer fixed-point state (seed 003, Stam).
+"""A bitwise-reversible leapfrog: position Verlet on an integer fixed-point state (Stam).
 
 For a separable H(q, p) = T(p) + V(q) one step of size h is
 

@@ -1,4 +1,4 @@
-"""The one stage solver behind every tableau: predictor + fixed-point iteration (seed 000, Alg. 2).
+"""The one stage solver behind every tableau: predictor + fixed-point iteration (Choudhary et al., Alg. 2).
 
 Shapes: a state y is (B, n) with the q-part in the first n_q columns; stages K are (s, B, n), row i
 holding (k_i, l_i) = f(Y_i). When the stage dependencies form no cycle (explicit RK; leapfrog and

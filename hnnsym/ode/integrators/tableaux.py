@@ -46,7 +46,7 @@ class Tableau:
         return _coefficients(self, dtype, torch.device(device or "cpu"))
 
     def symplectic_partner(self) -> "Tableau":
-        """The partner tableau A*_ij = b_j (1 - a_ji / b_i) (seed 001, eq. 27) of a plain RK method.
+        """The partner tableau A*_ij = b_j (1 - a_ji / b_i) (Matsubara et al., eq. 27) of a plain RK method.
 
         Integrating the adjoint system with it makes the pair (forward, adjoint) a symplectic
         partitioned RK method, so the adjoint gradient equals backprop of the discrete solution.
