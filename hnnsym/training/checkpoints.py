@@ -16,6 +16,7 @@ the user confirms they trust it.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import pickle
 from collections.abc import Iterator, Mapping
@@ -25,7 +26,7 @@ from typing import Any
 import numpy
 import torch
 
-from hnnsym.artifacts import atomic_path, now_utc, sha256, versions
+from hnnsym.artifacts import now_utc, sha256, versions, write_bytes
 from hnnsym.errors import UserError
 
 CHECKSUM = "sha256"  # the payload key of the checksum of the rest of the payload
@@ -106,12 +107,15 @@ def payload_sha256(payload: Any) -> str:
 
 
 def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> None:
-    """torch.save of the ``plain`` payload with its checksum, atomically."""
+    """torch.save of the ``plain`` payload with its checksum, atomically. Serialised in memory
+    first: torch's zip writer fails on a full disk with a RuntimeError mid-file, a plain write
+    with one line (``write_bytes``)."""
     safe = plain(payload)
     safe.pop(CHECKSUM, None)
     safe[CHECKSUM] = payload_sha256(safe)
-    with atomic_path(path) as tmp:
-        torch.save(safe, tmp)
+    buffer = io.BytesIO()
+    torch.save(safe, buffer)
+    write_bytes(path, buffer.getvalue())
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
