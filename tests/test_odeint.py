@@ -225,6 +225,7 @@ def test_one_line_errors():
     _one_line_error(ValueError, "step_size must be", f, y0, t[:2], options={"step_size": -0.1})
     _one_line_error(ValueError, "y0's shape", lambda t, y: y[:2], y0, t[:2])
     _one_line_error(ValueError, "not both", f, y0, t[:2], gradient="backprop", adjoint=True)
+    _one_line_error(IncompatibleError, "reversible_leapfrog", f, y0, t[:2], gradient="reversible")
 
 
 def test_default_step_is_the_smallest_spacing_and_t_spacings_may_differ():

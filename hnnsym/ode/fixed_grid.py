@@ -268,6 +268,11 @@ def odeint(
     h, direction, index = _time_grid(torch.as_tensor(t), options.pop("step_size", None))
     integrator = _method(method, options)
     choice = _gradient(gradient, adjoint)
+    if getattr(choice, "name", choice) == "reversible":
+        raise IncompatibleError(
+            "odeint: gradient=reversible needs integrator=reversible_leapfrog, which steps a "
+            "separable Hamiltonian only; use gradient='symplectic_adjoint' (exact) here"
+        )
     if adjoint_params is not None:
         params = list(adjoint_params)
     elif isinstance(func, nn.Module):

@@ -107,7 +107,13 @@ PROBED: dict[str, str] = {
     "hnnsym.ode.gradients.base.GradientMethod.check": "integrator.<capability> from needs",
     "hnnsym.ode.gradients.symplectic_adjoint._own_step_vjp": "integrator.has_stages, .step_vjp",
     "hnnsym.ode.integrators.advance": "integrator.steps (callable?)",
+    "hnnsym.ode.integrators.rattle": "H.position_constraints(_jacobian), H.mass_matrix",
+    "hnnsym.ode.integrators.reversible": "H.separable, H.kinetic/potential(_grad)",
+    "hnnsym.ode.discrete_gradients": "V.energy_gradient",
+    "error messages (tao, discrete_gradient, rattle, reversible)": "H.name",
 }
+# Read without getattr, i.e. assumed of a StagedIntegrator: ``integrator.tableau``, ``.solver``
+# (symplectic_adjoint), ``.partitioned`` (adjoint), ``.step`` (adjoint's backward sweep).
 
 __all__ = [
     "PROBED",
