@@ -1,5 +1,7 @@
-"""The ODE layer: ``integrate``/``solve`` over interchangeable integrators and gradient methods."""
+"""The ODE layer: ``integrate``/``solve`` over interchangeable integrators and gradient methods;
+``odeint``, torchdiffeq's fixed-grid call, on them."""
 
+from hnnsym.ode.fixed_grid import odeint
 from hnnsym.ode.running import RunningLoss, StepLoss
 from hnnsym.ode.solve import LossSolution, Solution, integrate, solve, solve_loss
 
@@ -9,6 +11,7 @@ __all__ = [
     "Solution",
     "StepLoss",
     "integrate",
+    "odeint",
     "solve",
     "solve_loss",
 ]
