@@ -1,4 +1,4 @@
-"""The profile stage without Hydra: ``profile(cfg)`` reads the composed ``conf/profile.yaml``,
+"""The profile stage without Hydra: ``profile(cfg)`` reads the composed ``hnnsym/conf/profile.yaml``,
 measures every method at every number of steps, writes profile.csv / .md / .png into the run dir
 and prints the summary tables (``python -m hnnsym.profile`` is its Hydra entry)."""
 
