@@ -154,6 +154,13 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> Non
     command("hnnsym-evaluate", SYSTEM, *paths, "eval.figures=false")
     assert list((tmp_path / "run").rglob("metrics.json"))
 
+    # python -m hnnsym.<stage> of the installed package, outside the checkout
+    module = subprocess.run(
+        [str(python), "-m", "hnnsym.generate", "system=henon_heiles", "--cfg", "job"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert module.returncode == 0 and "henon_heiles" in module.stdout, module.stderr[-3000:]
+
     # a user's experiment beside the shipped ones, through the installed command
     user = tmp_path / "user_conf"
     (user / "experiment").mkdir(parents=True)
