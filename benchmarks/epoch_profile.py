@@ -19,12 +19,13 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from hnnsym.config import CONF_DIR
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.physics.systems import system_from_config
 from hnnsym.training import losses
 from hnnsym.training.stage import build_trainer
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = CONF_DIR
 
 
 def main(overrides: list[str]) -> None:

@@ -88,7 +88,8 @@ def main() -> None:
                         args.before], check=True)  # fmt: skip
         try:
             methods = [m for m in args.experiments
-                       if (before / "conf" / "experiment" / f"{m}.yaml").exists()]  # fmt: skip
+                       if any((before / conf / "experiment" / f"{m}.yaml").exists()
+                              for conf in ("hnnsym/conf", "conf"))]  # fmt: skip
             for run in range(1, args.runs + 1):
                 for side, tree, launcher in (("before", before, "basic"),
                                              ("this", ROOT, args.launcher)):  # fmt: skip

@@ -74,7 +74,7 @@ def _record_failed_job(error: str) -> bool:
 
 
 class StageCallback(Callback):
-    """Registered in conf/hydra/default.yaml. Before Hydra makes the run directory, check that it
+    """Registered in hnnsym/conf/hydra/default.yaml. Before Hydra makes the run directory, check that it
     can be written (Hydra's own mkdir would fail with a traceback); around a multirun, collect
     the jobs that failed with an error and end with one line each and exit 2 (the jobs of a
     launcher on other hosts, which cannot see this host's temporary directory, fail in the

@@ -9,7 +9,7 @@ from hnnsym.cli import exits_cleanly
 from hnnsym.evaluation.stage import evaluate, summary
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
+@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:
     metrics = evaluate(cfg)

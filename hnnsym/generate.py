@@ -7,7 +7,7 @@ from hnnsym.cli import exits_cleanly
 from hnnsym.data.simulate import generate
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="generate")
+@hydra.main(version_base="1.3", config_path="conf", config_name="generate")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:
     path = generate(cfg)

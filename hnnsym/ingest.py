@@ -7,7 +7,7 @@ from hnnsym.cli import exits_cleanly
 from hnnsym.data.ingest import ingest
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="ingest")
+@hydra.main(version_base="1.3", config_path="conf", config_name="ingest")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:
     path = ingest(cfg)

@@ -16,7 +16,7 @@ from hnnsym.cli import exits_cleanly
 from hnnsym.profiling.stage import profile
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="profile")
+@hydra.main(version_base="1.3", config_path="conf", config_name="profile")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:
     profile(cfg, HydraConfig.get().runtime.output_dir)

@@ -1,6 +1,6 @@
 """python -m hnnsym.report — one table (CSV / Markdown / LaTeX) and figure from many runs.
 
-The stage is ``hnnsym.reporting.stage.report``; ``conf/report.yaml`` documents the options.
+The stage is ``hnnsym.reporting.stage.report``; ``hnnsym/conf/report.yaml`` documents the options.
 """
 
 import hydra
@@ -10,7 +10,7 @@ from hnnsym.cli import exits_cleanly
 from hnnsym.reporting.stage import report
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="report")
+@hydra.main(version_base="1.3", config_path="conf", config_name="report")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:
     report(cfg)

@@ -2,7 +2,7 @@
 is refused in one line that names the estimate and the limit, instead of failing in an allocation
 (or running for days) later.
 
-The limit is the top-level ``memory_limit`` option (conf/common.yaml): a number of bytes or a size
+The limit is the top-level ``memory_limit`` option (hnnsym/conf/common.yaml): a number of bytes or a size
 such as ``8GiB``; null means the memory this machine has available now.
 """
 

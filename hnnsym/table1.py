@@ -4,7 +4,7 @@
                                                              (+ results/noise_sweep.{csv,md,png}
                                                               when the runs span noise levels)
 
-Same config as ``python -m hnnsym.report`` (``conf/report.yaml``: report.runs, report.out_dir,
+Same config as ``python -m hnnsym.report`` (``hnnsym/conf/report.yaml``: report.runs, report.out_dir,
 report.ignore, report.digits). The stage is ``hnnsym.reporting.stage.table1``; the table is built
 in ``hnnsym.reporting.table1``.
 """
@@ -16,7 +16,7 @@ from hnnsym.cli import exits_cleanly
 from hnnsym.reporting.stage import table1
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="report")
+@hydra.main(version_base="1.3", config_path="conf", config_name="report")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:
     table1(cfg)

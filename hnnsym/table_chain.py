@@ -3,7 +3,7 @@ the chaos floor) from our runs, the reference's numbers beside ours.
 
     python -m hnnsym.table_chain report.runs='outputs/chain*'   ->  results/table_chain.{csv,md}
 
-Same config as ``python -m hnnsym.report`` (``conf/report.yaml``: report.runs, report.out_dir,
+Same config as ``python -m hnnsym.report`` (``hnnsym/conf/report.yaml``: report.runs, report.out_dir,
 report.digits, report.eval_dir). The stage is ``hnnsym.reporting.stage.table_chain``; the table is
 built in ``hnnsym.reporting.table_chain``.
 """
@@ -15,7 +15,7 @@ from hnnsym.cli import exits_cleanly
 from hnnsym.reporting.stage import table_chain
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="report")
+@hydra.main(version_base="1.3", config_path="conf", config_name="report")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:
     table_chain(cfg)

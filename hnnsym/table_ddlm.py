@@ -3,7 +3,7 @@ paper's numbers beside ours.
 
     python -m hnnsym.table_ddlm report.runs=outputs/ddlm      ->  results/table_ddlm.{csv,md}
 
-Same config as ``python -m hnnsym.report`` (``conf/report.yaml``: report.runs, report.out_dir,
+Same config as ``python -m hnnsym.report`` (``hnnsym/conf/report.yaml``: report.runs, report.out_dir,
 report.digits). The stage is ``hnnsym.reporting.stage.table_ddlm``; the table is built in
 ``hnnsym.reporting.table_ddlm``.
 """
@@ -15,7 +15,7 @@ from hnnsym.cli import exits_cleanly
 from hnnsym.reporting.stage import table_ddlm
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="report")
+@hydra.main(version_base="1.3", config_path="conf", config_name="report")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:
     table_ddlm(cfg)

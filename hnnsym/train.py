@@ -10,7 +10,7 @@ from hnnsym.cli import exits_cleanly
 from hnnsym.training.stage import train
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+@hydra.main(version_base="1.3", config_path="conf", config_name="train")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:
     result = train(cfg)

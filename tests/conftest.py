@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import hnnsym
 from hnnsym.artifacts import write_text
+from hnnsym.config import CONF_DIR
 from hnnsym.config.build import build_optimizer, build_scheduler
 from hnnsym.data.hdf5 import Split, write_dataset
 from hnnsym.physics.models import HNN
@@ -40,7 +41,7 @@ def compose_config() -> Callable[..., DictConfig]:
     would build it (without the hydra node)."""
 
     def _compose(config_name: str, overrides: list[str] | None = None) -> DictConfig:
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             return compose(config_name=config_name, overrides=list(overrides or []))
 
     return _compose

@@ -16,6 +16,7 @@ import torch
 from omegaconf import OmegaConf
 
 from hnnsym import integrate
+from hnnsym.config import CONF_DIR
 from hnnsym.config.build import build_model, build_run_loss
 from hnnsym.errors import IncompatibleError, UserError
 from hnnsym.evaluation.metrics import energies, grid_errors, rollout, rollout_metrics
@@ -40,7 +41,7 @@ from hnnsym.training.losses import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-CONF = REPO / "conf"
+CONF = CONF_DIR
 F64 = torch.float64
 
 

@@ -237,7 +237,7 @@ def test_params_hold_the_whole_spec_and_rebuild_the_same_system():
 
 
 def test_config_node_builds_the_system(compose_config):
-    """conf/system/custom.yaml with overrides, validated, -> system_from_config."""
+    """hnnsym/conf/system/custom.yaml with overrides, validated, -> system_from_config."""
     cfg = compose_config("generate", [
         "system=custom", f"system.hamiltonian='{HENON_HEILES}'",
         "system.coordinates=[qx,qy,px,py]", "system.domain=[-0.5,0.5]",

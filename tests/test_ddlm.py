@@ -17,6 +17,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from hnnsym.config import CONF_DIR
 from hnnsym.data.hdf5 import generate_command, read_dataset
 from hnnsym.data.simulate import generate
 from hnnsym.errors import ConvergenceError
@@ -263,7 +264,7 @@ RUN = ["model.hidden=[16,16]"]  # train and evaluate only (generate has no model
 
 
 def composed(stage: str, root: Path, *overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(stage, [*TINY, f"data_dir={root / 'data'}", *overrides])
 
 

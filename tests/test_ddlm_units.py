@@ -11,6 +11,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from hnnsym.config import CONF_DIR
 from hnnsym.config.build import build_run_loss
 from hnnsym.errors import UserError
 from hnnsym.ode.integrators import get_integrator
@@ -104,7 +105,7 @@ def test_the_default_units_keep_the_baselines_bits():
 
 
 def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("train", list(overrides))
 
 

@@ -18,6 +18,7 @@ from hydra import compose, initialize_config_dir
 
 import hnnsym
 from hnnsym.artifacts import sha256, versions
+from hnnsym.config import CONF_DIR
 from hnnsym.data.hdf5 import Split, write_dataset
 from hnnsym.data.simulate import simulate
 from hnnsym.errors import UserError
@@ -29,7 +30,7 @@ from hnnsym.physics.systems import get_system
 from hnnsym.training.checkpoints import save_checkpoint
 
 REPO = Path(hnnsym.__file__).resolve().parent.parent
-CONF = REPO / "conf"
+CONF = CONF_DIR
 SYSTEM = "double_well"
 MODEL_CFG = {"name": "hnn", "hidden": [16, 32, 16], "activation": "tanh"}
 FAST = ["eval.grid_points=60", "eval.slice_points=41", "device=cpu"]

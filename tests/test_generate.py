@@ -14,6 +14,7 @@ import torch
 import yaml
 from conftest import REPO
 
+from hnnsym.config import CONF_DIR
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.simulate import check_config, generate, make_split
 from hnnsym.errors import UserError
@@ -53,7 +54,7 @@ def test_default_config_writes_where_train_looks(compose_config, tmp_path):
 
 def test_experiment_overrides_the_stage_defaults(compose_config):
     """experiment=demo (# @package _global_, after _self_) wins over generate.yaml's values."""
-    demo = yaml.safe_load((REPO / "conf" / "experiment" / "demo.yaml").read_text())
+    demo = yaml.safe_load((CONF_DIR / "experiment" / "demo.yaml").read_text())
     base = compose_config("generate", ["noise=high", "seed=4"])
     cfg = compose_config("generate", ["experiment=demo", "noise=high", "seed=4"])
     assert demo["generate"]

@@ -381,10 +381,11 @@ def test_one_line_refusals():
 
 
 def test_registry_and_config():
-    from conftest import REPO
     from omegaconf import OmegaConf
 
-    node = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "integrator" / "rattle.yaml"))
+    from hnnsym.config import CONF_DIR
+
+    node = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "integrator" / "rattle.yaml"))
     integ = integrator_from_config(node)
     assert isinstance(integ, Rattle) and (integ.order, integ.symplectic) == (2, True)
     assert integ.has_stages is False and integ.reversible is False

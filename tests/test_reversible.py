@@ -5,13 +5,13 @@ from __future__ import annotations
 import gc
 import math
 import weakref
-from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from hnnsym import integrate
+from hnnsym.config import CONF_DIR
 from hnnsym.errors import FixedPointOverflowError, UserError
 from hnnsym.ode.integrators import (
     ReversibleLeapfrog,
@@ -23,7 +23,7 @@ from hnnsym.ode.integrators import (
 from hnnsym.physics.models import HNN, SeparableHNN
 from hnnsym.physics.systems import henon_heiles, henon_heiles_shell_states
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = CONF_DIR
 INT64_MAX = 2**63 - 1
 
 

@@ -39,7 +39,7 @@ def test_the_shipped_configs_match_their_schemas(compose_config, stage, experime
 
 
 def test_every_schema_field_is_in_the_yaml(compose_config):
-    """A key in a schema but not in conf/ would be MISSING for every run; and the reverse is what
+    """A key in a schema but not in hnnsym/conf/ would be MISSING for every run; and the reverse is what
     the struct check refuses. Both directions: the schema and the YAML list the same keys."""
     for stage, sections in STAGE_SECTIONS.items():
         cfg = compose_config(stage)

@@ -1,4 +1,4 @@
-"""Sweeps: the launcher configs (conf/hydra/launcher), the data hand-over between concurrent jobs,
+"""Sweeps: the launcher configs (hnnsym/conf/hydra/launcher), the data hand-over between concurrent jobs,
 and a multirun generate -> train -> evaluate -> report through submitit (hydra/launcher=local,
 the code path of hydra/launcher=slurm) and through joblib (hydra/launcher=parallel)."""
 
@@ -19,6 +19,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import hnnsym.data.hdf5
+from hnnsym.config import CONF_DIR
 from hnnsym.data.hdf5 import DataError, read_dataset, write_dataset
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,7 +29,7 @@ pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="pip install -
 
 def hydra_config(*overrides: str):
     """The train config with its hydra node, as a multirun job would see it."""
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("train", list(overrides), return_hydra_config=True)
 
 
@@ -51,7 +52,7 @@ def test_launcher_configs_extend_the_plugins_schemas():
 
 
 def test_slurm_config_becomes_the_sbatch_script(tmp_path, monkeypatch):
-    """The hydra-submitit launcher turns conf/hydra/launcher/slurm.yaml (+ overrides) into sbatch
+    """The hydra-submitit launcher turns hnnsym/conf/hydra/launcher/slurm.yaml (+ overrides) into sbatch
     options; stop it just before it would call sbatch and read the script it submits."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

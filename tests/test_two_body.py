@@ -4,7 +4,6 @@ and the ground truth of ``experiment=ddlm_two_body`` agrees with an independent 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,12 +11,13 @@ import torch
 from omegaconf import OmegaConf
 from scipy.integrate import solve_ivp
 
+from hnnsym.config import CONF_DIR
 from hnnsym.data.simulate import observation_ratio, simulate, split_generator
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.physics.systems import get_system
 
 F64 = torch.float64
-EXPERIMENT = Path(__file__).parents[1] / "conf" / "experiment" / "ddlm_two_body.yaml"
+EXPERIMENT = CONF_DIR / "experiment" / "ddlm_two_body.yaml"
 
 
 def _kepler(y: torch.Tensor, gravity: float, mass: float):

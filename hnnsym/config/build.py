@@ -1,7 +1,7 @@
 """Objects from config nodes: ``_target_`` instantiation in one place, with one-line errors.
 
 Models, losses, the optimizer and the learning-rate schedule are named by ``_target_`` in
-``conf/`` (losses, optimizer and scheduler with ``_partial_: true``: completed here with what only
+``hnnsym/conf/`` (losses, optimizer and scheduler with ``_partial_: true``: completed here with what only
 the run knows: the model's dim, its parameters, the optimizer, the run's LossContext). A wrong
 argument or class name becomes one UserError naming the config key.
 """

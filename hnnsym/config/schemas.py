@@ -1,6 +1,6 @@
 """Typed schemas (OmegaConf structured configs) of the config sections each stage reads.
 
-The YAML files in ``conf/`` hold the values and their documentation; these dataclasses hold only
+The YAML files in ``hnnsym/conf/`` hold the values and their documentation; these dataclasses hold only
 the types (every field is MISSING here), so a value lives in one place. ``validated`` checks a
 composed config before any work: a wrong type (``train.epochs=ten``), a misspelt key
 (``+train.epoch=3``) or a missing value becomes one UserError line naming the key, and the checked,
@@ -77,7 +77,7 @@ PATH_TEMPLATES = ("data_file", "run_dir")  # checked by _empty_path: they interp
 
 @dataclass
 class CommonSchema:
-    """conf/common.yaml: the top-level keys every stage shares (the paths are checked resolved:
+    """hnnsym/conf/common.yaml: the top-level keys every stage shares (the paths are checked resolved:
     an empty ``data_dir=`` would otherwise put data_file at the root of the file system)."""
 
     seed: int = checked(ge(0))
@@ -96,7 +96,7 @@ class SystemSchema:
 
 @dataclass
 class CustomSystemSchema:
-    """system=custom (conf/system/custom.yaml): H as an expression; the values are checked where
+    """system=custom (hnnsym/conf/system/custom.yaml): H as an expression; the values are checked where
     the system is built (hnnsym.physics.systems.custom)."""
 
     name: str = MISSING

@@ -388,7 +388,7 @@ class Segment:
 
 @dataclass
 class Options:
-    """The numeric settings of ``ingest`` (conf/ingest.yaml)."""
+    """The numeric settings of ``ingest`` (hnnsym/conf/ingest.yaml)."""
 
     dt: float | None = None
     gap_tolerance: float = 0.5

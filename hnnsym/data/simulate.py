@@ -19,7 +19,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from torch import Tensor
-from tqdm import tqdm
 
 from hnnsym.artifacts import writable_dir
 from hnnsym.config.runtime import configure
@@ -29,6 +28,7 @@ from hnnsym.errors import ConvergenceError, UserError
 from hnnsym.ode.integrators import Integrator, advance, get_integrator
 from hnnsym.ode.problem import Problem, SolverStats
 from hnnsym.physics.systems import System, system_from_config
+from hnnsym.progress import progress
 from hnnsym.resources import check_memory
 
 
@@ -156,7 +156,7 @@ def make_split(
     y0 = system.sample(n, split_generator(cfg.seed, split, "initial"), dtype=torch.float64)
     stats = SolverStats()
     chunks = []
-    with tqdm(total=n * steps, desc=f"{split:>5}", unit="obs", unit_scale=True) as bar:
+    with progress(total=n * steps, desc=f"{split:>5}", unit="obs", unit_scale=True) as bar:
         for start in range(0, n, int(g.chunk)):
             y = y0[start : start + int(g.chunk)].to(device)
             try:

@@ -455,7 +455,7 @@ def get_system(name: str, **params) -> System:
     return SYSTEMS[name](**params)
 
 
-# The keys of a config's custom system node (conf/system/custom.yaml) beside ``name``.
+# The keys of a config's custom system node (hnnsym/conf/system/custom.yaml) beside ``name``.
 CUSTOM_KEYS = ("hamiltonian", "coordinates", "params", "domain", "energy_max")
 
 
@@ -463,7 +463,7 @@ def system_from_config(node: Mapping) -> System:
     """The system of a config's ``system`` node, or of a stored record {"name", "params"} (a data
     file's ``system``/``system_params``, a checkpoint's ``system``): ``get_system(name, **params)``,
     except that a config's custom system holds its spec beside ``name`` (system.hamiltonian, ...,
-    system.params being its constants), as in conf/system/custom.yaml."""
+    system.params being its constants), as in hnnsym/conf/system/custom.yaml."""
     if node["name"] == "custom" and "hamiltonian" in node:
         return custom(**{key: node[key] for key in CUSTOM_KEYS if key in node})
     return get_system(node["name"], **dict(node.get("params") or {}))

@@ -40,7 +40,7 @@ The modules, each importing only those above it:
 
 - ``meter``: ``SavedTensorMeter``, the saved-for-backward byte counter.
 - ``plan``: what is profiled (``Method``, ``Setting``, ``ProfileOptions``) and its parsing from
-  ``conf/profile.yaml`` (``methods_from_config``, ``from_config``).
+  ``hnnsym/conf/profile.yaml`` (``methods_from_config``, ``from_config``).
 - ``iteration``: inputs, model and solver of one iteration, the timed iteration itself, and the
   relative gradient error.
 - ``memory``: the peak RSS of one iteration in a fresh process (``rss_subprocess``; its worker is

@@ -1,5 +1,5 @@
 """What is profiled: the methods (``Method``), the setting of an iteration (``Setting``), the run
-options (``ProfileOptions``), and their parsing and checking from ``conf/profile.yaml``
+options (``ProfileOptions``), and their parsing and checking from ``hnnsym/conf/profile.yaml``
 (``methods_from_config``, ``from_config``)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from hnnsym.config import CONF_DIR
 from hnnsym.config.build import model_spec
 from hnnsym.config.runtime import resolve_device, resolve_dtype
 from hnnsym.config.schemas import validated
@@ -24,7 +25,6 @@ from hnnsym.physics.systems import System, system_from_config
 BACKENDS = ("hnnsym", "torchdiffeq")
 SOLVER_KEYS = ("tol", "max_iter", "predictor", "on_fail")
 TORCHDIFFEQ_GRADIENTS = ("odeint", "odeint_adjoint")
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def methods_from_config(
     """Methods from the ``profile.methods`` entries, and notes on those skipped.
 
     Entry keys: ``gradient`` (required), ``integrator`` (default: the profiled integrator),
-    ``model`` (a name in ``conf/model`` or a full dict; default: the model group), ``backend``
+    ``model`` (a name in ``hnnsym/conf/model`` or a full dict; default: the model group), ``backend``
     (hnnsym | torchdiffeq), ``label``. Entries whose gradient, integrator or model is not registered
     here (e.g. a method from an extension not installed) are skipped with a note, as is torchdiffeq
     when it is off or not installed.
@@ -222,7 +222,7 @@ def _torchdiffeq_available() -> bool:
 
 
 def from_config(cfg: DictConfig) -> tuple[list[Method], Setting, ProfileOptions, list[str]]:
-    """Methods, setting and options from the composed ``conf/profile.yaml`` (UserError if bad)."""
+    """Methods, setting and options from the composed ``hnnsym/conf/profile.yaml`` (UserError if bad)."""
     p = OmegaConf.to_container(validated(cfg, "system", "profile").profile, resolve=True)
     steps = p["steps"]
     if not isinstance(steps, list) or not steps or not all(_whole(s, 1) for s in steps):

@@ -1,4 +1,4 @@
-"""The profile stage without Hydra: ``profile(cfg)`` reads the composed ``conf/profile.yaml``,
+"""The profile stage without Hydra: ``profile(cfg)`` reads the composed ``hnnsym/conf/profile.yaml``,
 measures every method at every number of steps, writes profile.csv / .md / .png into the run dir
 and prints the summary tables (``python -m hnnsym.profile`` is its Hydra entry)."""
 
@@ -8,12 +8,12 @@ import os
 from pathlib import Path
 
 from omegaconf import DictConfig
-from tqdm import tqdm
 
 from hnnsym.artifacts import claim_output_dir
 from hnnsym.profiling.outputs import summary_tables, write_outputs
 from hnnsym.profiling.plan import from_config
 from hnnsym.profiling.run import run_profile
+from hnnsym.progress import progress
 
 FUSED_NOTE = (
     "profile.fused_loss=true: the loss goes through hnnsym.solve_loss (a StepLoss); checkpoint and "
@@ -35,7 +35,7 @@ def profile(cfg: DictConfig, run_dir: str | os.PathLike | None = None) -> dict[s
     for note in notes:
         print(f"note: {note}")
     df, run_notes = run_profile(
-        methods, setting, options, progress=lambda it: tqdm(it, desc="steps", leave=False)
+        methods, setting, options, progress=lambda it: progress(it, desc="steps", leave=False)
     )
     notes += run_notes
     title = (

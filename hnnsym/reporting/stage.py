@@ -1,7 +1,7 @@
 """The reporting stages, everything but Hydra: ``report(cfg)`` (``python -m hnnsym.report``),
 ``table1(cfg)`` (``python -m hnnsym.table1``), ``table_ddlm(cfg)`` (``python -m
 hnnsym.table_ddlm``) and ``table_chain(cfg)`` (``python -m hnnsym.table_chain``), all reading the
-``report`` section of ``conf/report.yaml``: check it, aggregate the runs, write the files, print
+``report`` section of ``hnnsym/conf/report.yaml``: check it, aggregate the runs, write the files, print
 the table."""
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from hnnsym.reporting.tables import (
 )
 
 SYSTEMS = ("mass_spring", "pendulum", "two_body")
-# table label -> method name (conf/method/<name>.yaml)
+# table label -> method name (hnnsym/conf/method/<name>.yaml)
 METHODS = {
     "Euler": "ddlm_euler",
     "symplectic Euler": "ddlm_symplectic_euler",

@@ -28,6 +28,7 @@ from hnnsym.config.build import same_model
 from hnnsym.data.windows import take_windows, window_times
 from hnnsym.errors import ConvergenceError, UserError
 from hnnsym.ode.problem import SolverStats
+from hnnsym.progress import progress
 from hnnsym.training.checkpoints import best_path, last_path, save_checkpoint, trained_options
 from hnnsym.training.losses import LearnedStarts, evaluate_loss
 
@@ -252,9 +253,9 @@ class Trainer:
         batches = [order[i : i + t.batch_size] for i in range(0, n, t.batch_size)]
         start = time.perf_counter()
         running, defect = 0.0, None
-        bar = tqdm(
+        bar = progress(
             batches, desc=f"epoch {self.state.epoch + 1}/{t.epochs}", leave=False,
-            disable=not t.progress, dynamic_ncols=True,
+            enabled=t.progress, dynamic_ncols=True,
         )  # fmt: skip
         for k, idx in enumerate(bar):
             self._check_interrupt()
