@@ -2,7 +2,7 @@
 of a train run, split into the loss's rollout (training batches and validation) and the rest.
 
     python benchmarks/epoch_profile.py experiment=table1 system=double_well seed=0 \\
-        data_file=data/double_well/low/seed0.h5 run_dir=/tmp/epoch_profile
+        data_file=data/double_well/low/seed0.h5 run_dir=outputs/bench/epoch_profile
 
 Prints the epoch's CPU seconds and the profiler's tables (ops by self CPU time; sections by total).
 The run dir is used for the trainer's checkpoints only.

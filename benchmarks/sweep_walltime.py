@@ -84,7 +84,7 @@ def parallel_capacity() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("/tmp/hnnsym-sweep-walltime"))
+    parser.add_argument("--out", type=Path, default=Path("outputs/bench/sweep_walltime"))
     parser.add_argument("--launchers", nargs="+", default=list(LAUNCHERS), choices=list(LAUNCHERS))
     parser.add_argument("--systems", default="double_well,pendulum,henon_heiles")
     parser.add_argument("--gradients", default="symplectic_adjoint,backprop")

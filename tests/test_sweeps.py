@@ -18,6 +18,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+import hnnsym.artifacts
 import hnnsym.data.hdf5
 from hnnsym.config import CONF_DIR
 from hnnsym.data.hdf5 import DataError, read_dataset, write_dataset
@@ -98,7 +99,7 @@ def test_a_reader_never_sees_a_data_file_being_written(tmp_path, monkeypatch):
     train job finds no file and is told to run generate (never a half-written file)."""
     path = tmp_path / "data" / "double_well" / "low" / "seed0.h5"
     seen = {}
-    atomic_path = hnnsym.data.hdf5.atomic_path
+    atomic_path = hnnsym.artifacts.atomic_path
 
     @contextlib.contextmanager
     def spy(target, replace=True):
@@ -110,7 +111,7 @@ def test_a_reader_never_sees_a_data_file_being_written(tmp_path, monkeypatch):
                 read_dataset(target, system="double_well")
             seen["message"] = str(err.value)
 
-    monkeypatch.setattr(hnnsym.data.hdf5, "atomic_path", spy)
+    monkeypatch.setattr(hnnsym.artifacts, "atomic_path", spy)
     write_dataset(path, random_splits(), tiny_attrs())
     assert seen["temp_size"] > 0
     assert seen["message"].startswith(f"no data file at {path}; run `python -m hnnsym.generate")
