@@ -116,25 +116,39 @@ def claim_output_dir(
     own_files: tuple[str, ...] = (),
     what: str = "",
 ) -> Path:
-    """Make ``directory`` ready for ``stage``'s files without touching a user's: it may be new,
-    empty, or one that hnnsym wrote (it holds ``OUTPUT_MARKER``, or one of ``own_files``, files
-    only this stage writes, for directories written before the marker existed). Anything else is
-    refused (UserError naming ``option``, the switch that allows it) unless ``overwrite``. The
-    marker is written on the way out, so the directory is recognised next time. ``what`` names
-    the directory in errors."""
+    """Check, before any work and without writing, that ``stage`` may write into ``directory``:
+    it may be new, empty, or one that hnnsym wrote (it holds ``OUTPUT_MARKER``, or one of
+    ``own_files``, files only this stage writes, for directories written before the marker
+    existed). Anything else is refused (UserError naming ``option``, the switch that allows it)
+    unless ``overwrite``; so is a path that is empty or a file. ``what`` names the directory in
+    errors. Call ``mark_output_dir`` just before the first write."""
+    what = what or f"the {stage} output directory"
+    if not str(directory).strip():
+        raise UserError(f"{what} is empty; give a directory")
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"cannot write to {what} {directory}: it is a file, not a directory")
+    if not directory.is_dir() or (directory / OUTPUT_MARKER).exists() or overwrite:
+        return directory
+    if any((directory / name).is_file() for name in own_files):
+        return directory
+    hydras = (".hydra", f"{stage}.log", ".lock")  # Hydra's own files, and exclusive_dir's
+    foreign = sorted(p.name for p in directory.iterdir() if p.name not in hydras)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise UserError(
+            f"{directory} holds files hnnsym did not write ({shown}); {stage} writes only into "
+            f"a new directory or one of its own: choose another, or pass {option}=true to "
+            "write there anyway"
+        )
+    return directory
+
+
+def mark_output_dir(directory: str | os.PathLike, stage: str, what: str = "") -> Path:
+    """Make ``directory`` (checked by ``claim_output_dir``) and mark it as hnnsym's, so the
+    next run recognises it; UserError when it cannot be written."""
     directory = writable_dir(directory, what or f"the {stage} output directory")
     marker = directory / OUTPUT_MARKER
-    ours = marker.exists() or any((directory / name).is_file() for name in own_files)
-    if not ours:
-        hydras = (".hydra", f"{stage}.log", ".lock")  # Hydra's own files, and exclusive_dir's
-        foreign = sorted(p.name for p in directory.iterdir() if p.name not in hydras)
-        if foreign and not overwrite:
-            shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
-            raise UserError(
-                f"{directory} holds files hnnsym did not write ({shown}); {stage} writes only into "
-                f"a new directory or one of its own: choose another, or pass {option}=true to "
-                "write there anyway"
-            )
     if not marker.exists():
         write_text(marker, f"written by hnnsym {hnnsym.__version__} ({stage}); do not remove\n")
     return directory

@@ -342,5 +342,5 @@ def test_an_evaluation_of_other_data_is_replaced_only_when_asked(data_dir, tmp_p
     assert (elsewhere / "metrics.json").exists() and saved["files"]["dir"] == str(elsewhere)
     assert json.loads((out / "metrics.json").read_text())["data"]["file"] == str(other)
     (tmp_path / "afile").write_text("")
-    with pytest.raises(UserError, match="cannot write the evaluation to"):
+    with pytest.raises(UserError, match="cannot write to the evaluation directory"):
         evaluate(compose_cfg(data_dir, run_dir, *fast, f"eval.out_dir={tmp_path / 'afile' / 'x'}"))

@@ -79,7 +79,7 @@ def test_experiment_overrides_the_stage_defaults(compose_config):
             "generate.n_test: Value '2.5' of type 'float' could not be converted to Integer",
         ),
         ("generate.test_steps=0", "generate.test_steps must be >= 1"),
-        ("generate.tol=0", "generate.tol must be > 0"),
+        ("generate.tol=0", "generate.tol must be a finite number > 0"),
         ("threads=0", "threads must be >= 1 or null"),
         ("seed=-1", "seed must be >= 0"),
         ("seed=one", "seed: Value 'one' of type 'str' could not be converted to Integer"),

@@ -108,7 +108,7 @@ def test_unknown_config_option_and_key(tmp):
     ("override", "fragment"),
     [
         ("train.window=40", "longer than the trajectories"),
-        ("train.lr=-1", "train.lr must be > 0"),
+        ("train.lr=-1", "train.lr must be a finite number > 0"),
         ("train.window=5", "multiple of train.segments"),  # with segments=2 below
         ("threads=0", "threads must be >= 1"),
         (

@@ -185,7 +185,7 @@ def test_cli_writes_every_output_atomically(make_run, tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "8 evaluated run(s) of 8 found" in proc.stdout
-    assert sorted(p.name for p in out.iterdir()) == [
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
         "sweep.csv", "sweep.md", "sweep.png", "sweep.tex", "sweep_runs.csv"
     ]  # no temp files left  # fmt: skip
     table = pd.read_csv(out / "sweep.csv")

@@ -145,7 +145,10 @@ def test_cli_writes_the_table_and_refuses_a_bad_eval_dir(chain_grid, tmp_path):
     command = [sys.executable, "-m", "hnnsym.table_chain", f"report.runs={tmp_path}/runs"]
     proc = subprocess.run([*command, f"report.out_dir={out}"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["table_chain.csv", "table_chain.md"]
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
+        "table_chain.csv",
+        "table_chain.md",
+    ]
     csv = pd.read_csv(out / "table_chain.csv")
     assert row(csv, N=2, model="CLNN", trajectories=800)["n"] == 3
     md = (out / "table_chain.md").read_text()

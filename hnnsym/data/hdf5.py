@@ -48,7 +48,7 @@ SCHEMA_VERSION = 1
 SPLITS = ("train", "val", "test")
 ARRAYS = ("observed", "clean", "t")
 REQUIRED_ARRAYS = ("observed", "t")  # per split; clean (the ground truth) only simulated data have
-JSON_ATTRS = ("system_params", "versions")
+JSON_ATTRS = ("system_params", "versions", "units")  # units: hnnsym.data.units.Units
 # The root attributes every data file must have (hand-written ones too), and what they must hold.
 REQUIRED_ATTRS = {
     "schema_version": f"the schema version, {SCHEMA_VERSION}",
@@ -61,7 +61,7 @@ REQUIRED_ATTRS = {
 OPTIONAL_ATTRS: dict[str, Any] = {
     "system_params": {}, "fine_dt": None, "integrator": None, "noise": None, "noise_std": None,
     "seed": None, "n_train": None, "n_val": None, "n_test": None, "hnnsym_version": None,
-    "versions": None, "config": None, "created": None, "observe": "qp",
+    "versions": None, "config": None, "created": None, "observe": "qp", "units": None,
 }  # fmt: skip
 OBSERVE = ("qp", "q")  # values of the observe attribute: states [q, p], or positions q only
 # The stored dtypes read (as float64): integers and reals. Any other is refused, never converted

@@ -26,7 +26,15 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from hnnsym.artifacts import OUTPUT_MARKER, claim_output_dir, now_utc, sha256, versions, write_text
+from hnnsym.artifacts import (
+    OUTPUT_MARKER,
+    claim_output_dir,
+    mark_output_dir,
+    now_utc,
+    sha256,
+    versions,
+    write_text,
+)
 from hnnsym.config.build import model_from_checkpoint, model_spec, same_model
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
@@ -186,6 +194,9 @@ def earlier_evaluation(out: Path, data_file: Path, data_sha: str, overwrite: boo
     raise UserError(f"{out} holds an evaluation {what}; {keep}")
 
 
+EVAL_DIR = "the evaluation directory"
+
+
 @contextlib.contextmanager
 def replacing_evaluation(out: Path, overwrite: bool) -> Iterator[None]:
     """Claim ``out`` (new, or one hnnsym wrote: ``claim_output_dir``) and take the replaced
@@ -193,7 +204,8 @@ def replacing_evaluation(out: Path, overwrite: bool) -> Iterator[None]:
     files of the evaluation it describes: one killed midway leaves none. When the block fails
     before it wrote a file, the old metrics.json is put back. Temporaries of an earlier
     evaluation killed mid-write are removed."""
-    claim_output_dir(out, "evaluate", overwrite, "eval.overwrite", own_files=("metrics.json",))
+    claim_output_dir(out, "evaluate", overwrite, "eval.overwrite", ("metrics.json",), EVAL_DIR)
+    mark_output_dir(out, "evaluate", EVAL_DIR)
     for stale in out.glob(".*.tmp"):
         stale.unlink(missing_ok=True)
     metrics = out / "metrics.json"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from hnnsym.artifacts import claim_output_dir
+from hnnsym.artifacts import claim_output_dir, mark_output_dir
 from hnnsym.profiling.outputs import summary_tables, write_outputs
 from hnnsym.profiling.plan import from_config
 from hnnsym.profiling.run import run_profile
@@ -43,6 +43,7 @@ def profile(cfg: DictConfig, run_dir: str | os.PathLike | None = None) -> dict[s
         f"{setting.dtype}, {setting.device}, {df['threads'].iloc[0]} thread(s), loss "
         + ("fused (solve_loss)" if setting.fused_loss else "on the trajectory")
     )
+    mark_output_dir(out, "profile")
     paths = write_outputs(df, notes, out, title)
     print(f"# profile: {title}\n\n{summary_tables(df)}\n")
     for note in run_notes:

@@ -10,7 +10,7 @@ import sys
 
 from omegaconf import DictConfig, OmegaConf
 
-from hnnsym.artifacts import claim_output_dir
+from hnnsym.artifacts import claim_output_dir, mark_output_dir
 from hnnsym.config.schemas import validated
 from hnnsym.errors import UserError
 from hnnsym.reporting import table_chain as chain
@@ -78,6 +78,7 @@ def report(cfg: DictConfig) -> None:
         config_names(r.ignore, "ignore") or [], config_names(r.plot, "plot") or [], r.hue,
         eval_dir,
     )  # fmt: skip
+    mark_output_dir(r.out_dir, "report")
     paths = write_report(rep, r.out_dir, str(r.name), digits)
     for note in rep.notes:
         print(f"warning: {note}", file=sys.stderr)
@@ -94,6 +95,7 @@ def table1(cfg: DictConfig) -> None:
     claim_output_dir(r.out_dir, "report", bool(r.overwrite), "report.overwrite")
     found, keys, notes = load_method_runs(runs, config_names(r.ignore, "ignore") or [], eval_dir)
     table = make_table1(at_paper_noise(found), keys)
+    mark_output_dir(r.out_dir, "report")
     paths = write_table1(table, r.out_dir, digits, notes)
     if spans_noise(found):
         written = write_noise_sweep(noise_sweep(found, keys), r.out_dir, digits, keys)
@@ -107,6 +109,7 @@ def table_ddlm(cfg: DictConfig) -> None:
     runs, digits, eval_dir = checked_runs_and_digits(r)
     claim_output_dir(r.out_dir, "report", bool(r.overwrite), "report.overwrite")
     table, notes = build_table(runs, eval_dir)
+    mark_output_dir(r.out_dir, "report")
     paths = write_table(table, r.out_dir, digits, notes)
     announce(
         notes, to_markdown(table, list(DDLM_COLUMNS), digits, DDLM_COLUMNS, DDLM_PUBLISHED), paths
@@ -119,5 +122,6 @@ def table_chain(cfg: DictConfig) -> None:
     runs, digits, eval_dir = checked_runs_and_digits(r)
     claim_output_dir(r.out_dir, "report", bool(r.overwrite), "report.overwrite")
     table, notes = chain.build_table(runs, eval_dir)
+    mark_output_dir(r.out_dir, "report")
     paths = chain.write_table(table, r.out_dir, digits, notes)
     announce(notes, chain.markdown_table(table, digits), paths)

@@ -10,7 +10,13 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from hnnsym.artifacts import claim_output_dir, exclusive_dir, remove_stale_temporaries, write_text
+from hnnsym.artifacts import (
+    claim_output_dir,
+    exclusive_dir,
+    mark_output_dir,
+    remove_stale_temporaries,
+    write_text,
+)
 from hnnsym.config.build import build_model, build_optimizer, build_run_loss, build_scheduler
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
@@ -121,6 +127,7 @@ def train(cfg: DictConfig) -> TrainResult:
         if checkpoint is not None:
             trainer.restore(load_checkpoint(checkpoint), checkpoint)
             print(f"resuming {run_dir} from epoch {trainer.state.epoch}")
+        mark_output_dir(run_dir, "train", "the run directory")
         write_text(run_dir / "config.yaml", OmegaConf.to_yaml(trainer.provenance["config"]))
         state = trainer.fit()
     return TrainResult(state, run_dir, trainer.best_path, trainer.last_path)
