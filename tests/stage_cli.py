@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+# A tiny data file of double_well for the CLI tests: seconds to generate.
+TINY_GENERATE = ("generate.n_train=96", "generate.n_val=32", "generate.n_test=4",
+                 "generate.test_steps=20", "generate.train_steps=12")  # fmt: skip
+
 
 def run_stage(
     stage: str, *overrides: str, cwd: Path | None = None, timeout: float = 600, **popen

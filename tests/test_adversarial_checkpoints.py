@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from stage_cli import assert_one_line_error, run_stage, tree_hashes
+from stage_cli import TINY_GENERATE, assert_one_line_error, run_stage, tree_hashes
 
 from hnnsym.convert_checkpoint import convert as convert_in_process
 from hnnsym.errors import UserError
@@ -52,8 +52,7 @@ def convert(*args: str | Path, **popen) -> subprocess.CompletedProcess:
 def trained(tmp_path_factory) -> Path:
     """A tiny double_well dataset and a 2-epoch run of it."""
     root = tmp_path_factory.mktemp("checkpoints")
-    proc = cli("generate", root, "generate.n_train=96", "generate.n_val=32", "generate.n_test=4",
-               "generate.test_steps=20", "generate.train_steps=12")  # fmt: skip
+    proc = cli("generate", root, *TINY_GENERATE)
     assert proc.returncode == 0, proc.stderr
     proc = cli("train", root, *TRAIN)
     assert proc.returncode == 0, proc.stderr

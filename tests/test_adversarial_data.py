@@ -10,7 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from stage_cli import assert_one_line_error, run_stage, tree_hashes
+from stage_cli import TINY_GENERATE, assert_one_line_error, run_stage, tree_hashes
 
 pytestmark = pytest.mark.slow
 
@@ -27,8 +27,7 @@ def cli(stage: str, root: Path, *overrides: str):
 def trained(tmp_path_factory) -> Path:
     """A tiny dataset and a run trained on it."""
     root = tmp_path_factory.mktemp("adversarial")
-    proc = cli("generate", root, "generate.n_train=96", "generate.n_val=32", "generate.n_test=4",
-               "generate.test_steps=20", "generate.train_steps=12")  # fmt: skip
+    proc = cli("generate", root, *TINY_GENERATE)
     assert proc.returncode == 0, proc.stderr
     proc = cli("train", root, *TINY_TRAIN)
     assert proc.returncode == 0, proc.stderr

@@ -249,3 +249,17 @@ def test_a_refused_evaluation_keeps_the_earlier_one(trained, tmp_path):
     proc = run_stage("evaluate", *SYSTEM, *args, "eval.rollout_steps=100000")
     assert_one_line_error(proc, "eval.rollout_steps=100000")
     assert tree_hashes(out) == before
+
+
+def test_ingest_and_report_pointed_at_a_file_are_one_line(trained, tmp_path):
+    (tmp_path / "afile").write_text("a file\n")
+    csv = tmp_path / "pendulum.csv"
+    csv.write_text("t,theta,omega\n" + "".join(f"{0.1 * k},{0.01 * k},0.1\n" for k in range(200)))
+    proc = run_stage("ingest", f"ingest.source={csv}", "ingest.positions=[theta]",
+                     "ingest.velocities=[omega]", f"data_file={tmp_path / 'afile' / 'x.h5'}",
+                     cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(proc, "afile")
+    proc = run_stage("report", f"report.runs={trained / 'run'}",
+                     f"report.out_dir={tmp_path / 'afile'}", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(proc, "afile", "not a directory")
+    assert (tmp_path / "afile").read_text() == "a file\n"

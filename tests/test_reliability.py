@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import tiny_trainer
-from stage_cli import assert_one_line_error, run_stage
+from stage_cli import TINY_GENERATE, assert_one_line_error, run_stage
 
 from hnnsym.errors import UserError
 
@@ -42,8 +42,7 @@ def cli(stage: str, tmp: Path, *overrides: str, run: str = "run", wait: bool = T
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("reliability")
-    proc = cli("generate", root, "generate.n_train=96", "generate.n_val=32", "generate.n_test=4",
-               "generate.test_steps=20", "generate.train_steps=12")  # fmt: skip
+    proc = cli("generate", root, *TINY_GENERATE)
     assert proc.returncode == 0, proc.stderr
     return root
 
