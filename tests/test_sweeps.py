@@ -41,8 +41,8 @@ def test_launcher_configs_extend_the_plugins_schemas():
     # composing validates every field against the plugin's dataclass (an unknown key fails)
     targets = {
         "parallel": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
-        "local": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",
-        "slurm": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
+        "local": "hydra_plugins.hnnsym_plugins.submitit_launchers.LocalLauncher",
+        "slurm": "hydra_plugins.hnnsym_plugins.submitit_launchers.SlurmLauncher",
     }
     for name, target in targets.items():
         launcher = hydra_config(f"hydra/launcher={name}").hydra.launcher
@@ -216,3 +216,34 @@ def test_joblib_jobs_do_not_depend_on_what_ran_before_in_their_worker(tmp_path):
     assert not pd.read_csv(root / "a" / "seed0" / "metrics.csv")[columns].equals(
         pd.read_csv(root / "a" / "seed1" / "metrics.csv")[columns]
     )  # the seeds (data, initialisation) do differ
+
+
+# ---- failed jobs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("launcher", ["basic", "hydra/launcher=parallel", "hydra/launcher=local"])
+def test_every_failed_job_is_summed_up_whatever_the_launcher(tmp_path, launcher):
+    """Every job runs; the command ends with one line per failed job and exit 2, no traceback; a
+    submitit job that failed exits non-zero (its result is an error, not a success)."""
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    args = [] if launcher == "basic" else [launcher]
+    proc = subprocess.run(
+        [sys.executable, "-m", "hnnsym.train", "-m", *args, "system=double_well", "seed=5,6",
+         f"data_dir={tmp_path / 'none'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+         f"run_dir={tmp_path}/${{seed}}", *TINY_TRAIN],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Error executing job" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    head = lines.index("error: 2 job(s) of this multirun failed:")
+    assert lines[head + 1].startswith("  #0 system=double_well seed=5 ")
+    assert lines[head + 2].startswith("  #1 system=double_well seed=6 ")
+    assert all("no data file at" in line for line in lines[head + 1 :]) and len(lines) == head + 3
+    if launcher == "hydra/launcher=local":
+        (folder,) = (tmp_path / "sweep" / ".submitit").glob("train-*")
+        for job in (p for p in folder.iterdir() if p.name != "%j"):
+            (result,) = job.glob("*_result.pkl")
+            assert submitit.core.utils.pickle_load(result)[0] == "error"  # the job failed
+            assert "error: no data file at" in next(job.glob("*_log.err")).read_text()
