@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 import hnnsym.artifacts
 import hnnsym.data.hdf5
+import hnnsym.errors
 from hnnsym.config import CONF_DIR
 from hnnsym.data.hdf5 import DataError, read_dataset, write_dataset
 
@@ -247,3 +248,44 @@ def test_every_failed_job_is_summed_up_whatever_the_launcher(tmp_path, launcher)
             (result,) = job.glob("*_result.pkl")
             assert submitit.core.utils.pickle_load(result)[0] == "error"  # the job failed
             assert "error: no data file at" in next(job.glob("*_log.err")).read_text()
+
+
+# ---- run-dir locks under Slurm ----------------------------------------------------------------
+
+
+def fake_squeue(tmp_path, monkeypatch, running: set[str]):
+    """squeue on PATH that lists only the job ids in ``running`` (Slurm's answer for others)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "squeue"
+    script.write_text(
+        "#!/bin/sh\n# squeue -h -j ID -o %T\n"
+        f'case "$3" in {"|".join(running) or "none"}) echo RUNNING;; *) '
+        'echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1;; esac\n'
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_a_lock_of_a_slurm_job_no_longer_running_is_taken_over(tmp_path, monkeypatch):
+    fake_squeue(tmp_path, monkeypatch, running={"4242"})
+    monkeypatch.setenv("SLURM_JOB_ID", "5000")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").write_text("node042 123 2026-01-01T00:00:00+00:00 slurm-job 4141")
+    with hnnsym.artifacts.exclusive_dir(run, "train"):
+        assert (run / ".lock").read_text().endswith(" slurm-job 5000")
+    # a job squeue still lists keeps its lock; the message says what to do either way
+    (run / ".lock").write_text("node042 123 2026-01-01T00:00:00+00:00 slurm-job 4242")
+    with pytest.raises(hnnsym.errors.UserError) as err:
+        with hnnsym.artifacts.exclusive_dir(run, "train"):
+            pass
+    assert "in use by another train job (node042 123" in str(err.value)
+    assert f"if that job no longer runs (killed on another machine), delete {run / '.lock'}" in str(
+        err.value
+    )
+    # this very job before its requeue (same job id, its process gone) is taken over
+    (run / ".lock").write_text("node042 123 2026-01-01T00:00:00+00:00 slurm-job 5000")
+    with hnnsym.artifacts.exclusive_dir(run, "train"):
+        pass
+    assert not (run / ".lock").exists()

@@ -41,8 +41,8 @@ from hnnsym.training.trainer import (
 
 # Shown when two jobs of a sweep would write one run dir.
 _RUN_DIR_HINT = (
-    "; jobs that differ only in keys outside run_name need their own run_dir, e.g. "
-    "'run_dir=outputs/${run_name}/lr${train.lr}'"
+    "; if it is another job of this sweep, jobs that differ only in keys outside run_name need "
+    "their own run_dir, e.g. 'run_dir=outputs/${run_name}/lr${train.lr}'"
 )
 
 
