@@ -209,8 +209,11 @@ def now_utc() -> str:
 @contextlib.contextmanager
 def exclusive_dir(directory: str | os.PathLike, what: str, hint: str = "") -> Iterator[Path]:
     """Hold ``directory/.lock`` (created with O_EXCL) for the block, so two jobs never write one
-    run dir at once. A lock left by a dead process on this host (e.g. after SIGKILL) is taken
-    over. UserError when the directory is in use (with ``hint``) or cannot be written."""
+    run dir at once. The lock names its holder: host, pid, time, and under Slurm the job id. A
+    lock whose holder is gone is taken over: a dead process on this host (e.g. after SIGKILL), a
+    Slurm job that ``squeue`` no longer lists (killed on another node, cancelled, out of memory),
+    or an earlier attempt of this very Slurm job (requeued). UserError when the directory is in
+    use (with ``hint``) or cannot be written."""
     directory = Path(directory)
     lock = directory / ".lock"
     try:
@@ -220,16 +223,15 @@ def exclusive_dir(directory: str | os.PathLike, what: str, hint: str = "") -> It
                 fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 owner = lock.read_text().strip() if lock.exists() else ""
-                host, _, rest = owner.partition(" ")
-                pid = rest.split(" ")[0]
-                if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
-                    lock.unlink(missing_ok=True)  # stale: its process is gone
+                if _stale(owner):
+                    lock.unlink(missing_ok=True)
                     continue
                 raise UserError(
-                    f"{directory} is in use by another {what} job ({owner}){hint}"
+                    f"{directory} is in use by another {what} job ({owner}){hint}; if that job no "
+                    f"longer runs (killed on another machine), delete {lock}"
                 ) from None
             with os.fdopen(fd, "w") as fh:
-                fh.write(f"{socket.gethostname()} {os.getpid()} {now_utc()}")
+                fh.write(f"{socket.gethostname()} {os.getpid()} {now_utc()}{_slurm_job()}")
             break
     except OSError as err:
         raise UserError(f"cannot write to the run directory {directory}: {err.strerror}") from err
@@ -237,6 +239,42 @@ def exclusive_dir(directory: str | os.PathLike, what: str, hint: str = "") -> It
         yield directory
     finally:
         lock.unlink(missing_ok=True)
+
+
+def _slurm_job() -> str:
+    """`` slurm-job <id>`` under Slurm (the id squeue knows the job by), else empty."""
+    job = os.environ.get("SLURM_JOB_ID", "")
+    return f" slurm-job {job}" if job.isdigit() else ""
+
+
+def _stale(owner: str) -> bool:
+    """Whether the holder a lock names is gone."""
+    host, _, rest = owner.partition(" ")
+    fields = rest.split()
+    pid = fields[0] if fields else ""
+    if "slurm-job" in fields[:-1]:
+        job = fields[fields.index("slurm-job") + 1]
+        if job == os.environ.get("SLURM_JOB_ID"):  # this job, before its requeue
+            return not (host == socket.gethostname() and pid.isdigit() and _alive(int(pid)))
+        running = _slurm_job_listed(job)
+        if running is not None:
+            return not running
+    return host == socket.gethostname() and pid.isdigit() and not _alive(int(pid))
+
+
+def _slurm_job_listed(job: str) -> bool | None:
+    """Whether squeue lists the job (pending, running, completing); None when squeue cannot say
+    (not installed, the controller does not answer)."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
+                              text=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return False if "Invalid job id" in proc.stderr else None
+    return bool(proc.stdout.strip())
 
 
 def _alive(pid: int) -> bool:

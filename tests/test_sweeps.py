@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 import hnnsym.artifacts
 import hnnsym.data.hdf5
+import hnnsym.errors
 from hnnsym.config import CONF_DIR
 from hnnsym.data.hdf5 import DataError, read_dataset, write_dataset
 
@@ -41,8 +42,8 @@ def test_launcher_configs_extend_the_plugins_schemas():
     # composing validates every field against the plugin's dataclass (an unknown key fails)
     targets = {
         "parallel": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
-        "local": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",
-        "slurm": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
+        "local": "hydra_plugins.hnnsym_plugins.submitit_launchers.LocalLauncher",
+        "slurm": "hydra_plugins.hnnsym_plugins.submitit_launchers.SlurmLauncher",
     }
     for name, target in targets.items():
         launcher = hydra_config(f"hydra/launcher={name}").hydra.launcher
@@ -216,3 +217,75 @@ def test_joblib_jobs_do_not_depend_on_what_ran_before_in_their_worker(tmp_path):
     assert not pd.read_csv(root / "a" / "seed0" / "metrics.csv")[columns].equals(
         pd.read_csv(root / "a" / "seed1" / "metrics.csv")[columns]
     )  # the seeds (data, initialisation) do differ
+
+
+# ---- failed jobs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("launcher", ["basic", "hydra/launcher=parallel", "hydra/launcher=local"])
+def test_every_failed_job_is_summed_up_whatever_the_launcher(tmp_path, launcher):
+    """Every job runs; the command ends with one line per failed job and exit 2, no traceback; a
+    submitit job that failed exits non-zero (its result is an error, not a success)."""
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    args = [] if launcher == "basic" else [launcher]
+    proc = subprocess.run(
+        [sys.executable, "-m", "hnnsym.train", "-m", *args, "system=double_well", "seed=5,6",
+         f"data_dir={tmp_path / 'none'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+         f"run_dir={tmp_path}/${{seed}}", *TINY_TRAIN],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Error executing job" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    head = lines.index("error: 2 job(s) of this multirun failed:")
+    assert lines[head + 1].startswith("  #0 system=double_well seed=5 ")
+    assert lines[head + 2].startswith("  #1 system=double_well seed=6 ")
+    assert all("no data file at" in line for line in lines[head + 1 :]) and len(lines) == head + 3
+    if launcher == "hydra/launcher=local":
+        (folder,) = (tmp_path / "sweep" / ".submitit").glob("train-*")
+        for job in (p for p in folder.iterdir() if p.name != "%j"):
+            (result,) = job.glob("*_result.pkl")
+            assert submitit.core.utils.pickle_load(result)[0] == "error"  # the job failed
+            assert "error: no data file at" in next(job.glob("*_log.err")).read_text()
+
+
+# ---- run-dir locks under Slurm ----------------------------------------------------------------
+
+
+def fake_squeue(tmp_path, monkeypatch, running: set[str]):
+    """squeue on PATH that lists only the job ids in ``running`` (Slurm's answer for others)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "squeue"
+    script.write_text(
+        "#!/bin/sh\n# squeue -h -j ID -o %T\n"
+        f'case "$3" in {"|".join(running) or "none"}) echo RUNNING;; *) '
+        'echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1;; esac\n'
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_a_lock_of_a_slurm_job_no_longer_running_is_taken_over(tmp_path, monkeypatch):
+    fake_squeue(tmp_path, monkeypatch, running={"4242"})
+    monkeypatch.setenv("SLURM_JOB_ID", "5000")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").write_text("node042 123 2026-01-01T00:00:00+00:00 slurm-job 4141")
+    with hnnsym.artifacts.exclusive_dir(run, "train"):
+        assert (run / ".lock").read_text().endswith(" slurm-job 5000")
+    # a job squeue still lists keeps its lock; the message says what to do either way
+    (run / ".lock").write_text("node042 123 2026-01-01T00:00:00+00:00 slurm-job 4242")
+    with pytest.raises(hnnsym.errors.UserError) as err:
+        with hnnsym.artifacts.exclusive_dir(run, "train"):
+            pass
+    assert "in use by another train job (node042 123" in str(err.value)
+    assert f"if that job no longer runs (killed on another machine), delete {run / '.lock'}" in str(
+        err.value
+    )
+    # this very job before its requeue (same job id, its process gone) is taken over
+    (run / ".lock").write_text("node042 123 2026-01-01T00:00:00+00:00 slurm-job 5000")
+    with hnnsym.artifacts.exclusive_dir(run, "train"):
+        pass
+    assert not (run / ".lock").exists()

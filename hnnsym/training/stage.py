@@ -23,6 +23,7 @@ from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
+from hnnsym.launchers import requeued
 from hnnsym.ode.gradients import gradient_from_config
 from hnnsym.ode.integrators import integrator_from_config
 from hnnsym.physics.constrained import CONSTRAINED_SYSTEMS, coordinates_problem
@@ -46,8 +47,8 @@ from hnnsym.training.trainer import (
 
 # Shown when two jobs of a sweep would write one run dir.
 _RUN_DIR_HINT = (
-    "; jobs that differ only in keys outside run_name need their own run_dir, e.g. "
-    "'run_dir=outputs/${run_name}/lr${train.lr}'"
+    "; if it is another job of this sweep, jobs that differ only in keys outside run_name need "
+    "their own run_dir, e.g. 'run_dir=outputs/${run_name}/lr${train.lr}'"
 )
 
 
@@ -121,7 +122,10 @@ def train(cfg: DictConfig) -> TrainResult:
         for written in (run_dir / "metrics.csv", run_dir / "config.yaml",
                         last_path(run_dir), best_path(run_dir)):  # fmt: skip
             remove_stale_temporaries(written)
-        checkpoint = resume_from(run_dir, t.resume, t.overwrite)
+        resume = t.resume
+        if requeued() and resume is False:  # this job's own run, begun before its requeue
+            resume = "auto"
+        checkpoint = resume_from(run_dir, resume, t.overwrite)
         trainer = build_trainer(cfg, run_dir, trajectories, val, obs_dt, system.dim, data_file,
                                 {"name": system.name, "params": dict(system.params)})  # fmt: skip
         if checkpoint is not None:
