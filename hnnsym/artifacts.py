@@ -105,6 +105,24 @@ def writable_dir(directory: str | os.PathLike, what: str) -> Path:
     return directory
 
 
+def creatable_dir(directory: str | os.PathLike, what: str) -> Path:
+    """Check, without creating anything, that ``directory`` is or can be made a directory we may
+    write into: not empty, no file on its path, its nearest existing ancestor writable.
+    UserError naming ``what`` otherwise. (``writable_dir`` makes it and tries a file.)"""
+    if not str(directory).strip():
+        raise UserError(f"{what} is empty; give a directory")
+    directory = Path(directory)
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        shown = "it is" if existing == directory else f"{existing} is"
+        raise UserError(f"cannot write to {what} {directory}: {shown} a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write to {what} {directory}: {existing} is not writable")
+    return directory
+
+
 OUTPUT_MARKER = ".hnnsym-output"
 
 
@@ -122,12 +140,7 @@ def claim_output_dir(
     existed). Anything else is refused (UserError naming ``option``, the switch that allows it)
     unless ``overwrite``; so is a path that is empty or a file. ``what`` names the directory in
     errors. Call ``mark_output_dir`` just before the first write."""
-    what = what or f"the {stage} output directory"
-    if not str(directory).strip():
-        raise UserError(f"{what} is empty; give a directory")
-    directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise UserError(f"cannot write to {what} {directory}: it is a file, not a directory")
+    directory = creatable_dir(directory, what or f"the {stage} output directory")
     if not directory.is_dir() or (directory / OUTPUT_MARKER).exists() or overwrite:
         return directory
     if any((directory / name).is_file() for name in own_files):

@@ -31,7 +31,7 @@ from hnnsym.physics.systems import get_system
 ROOT_ATTRS = {
     "schema_version", "system", "system_params", "dim", "obs_dt", "fine_dt", "integrator", "noise",
     "noise_std", "seed", "n_train", "n_val", "n_test", "hnnsym_version", "versions", "config",
-    "created", "observe",
+    "created", "observe", "units",
 }  # fmt: skip
 
 

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from hnnsym.artifacts import sha256, writable_dir
+from hnnsym.artifacts import creatable_dir, sha256
 from hnnsym.data.hdf5 import SPLITS, Split, write_dataset
 from hnnsym.errors import DataError, UserError
 from hnnsym.physics.systems import MEASURED
@@ -669,7 +669,7 @@ def ingest(cfg: DictConfig) -> Path:
     if out.exists() and not i.overwrite:  # before any work
         raise DataError(f"{out} already exists; pass ingest.overwrite=true to replace it, or "
                         "data_file=<path> to write elsewhere")  # fmt: skip
-    writable_dir(out.parent, "the directory of data_file")
+    creatable_dir(out.parent, "the directory of data_file")
     mapping = mapping_from_config(i)
     table = read_table(
         source, i.header, str(i.separator), _names(i.names), _names(i.trial) or [],

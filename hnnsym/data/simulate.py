@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from torch import Tensor
 
-from hnnsym.artifacts import writable_dir
+from hnnsym.artifacts import creatable_dir
 from hnnsym.config.runtime import configure
 from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import SPLITS, Split, refuse_overwrite, write_dataset
@@ -122,7 +122,7 @@ def check_config(cfg: DictConfig) -> tuple[System, int, str]:
         raise UserError(str(err)) from err
     check_memory(generated_bytes(g, system.dim), generate_request(g), cfg.memory_limit)
     refuse_overwrite(cfg.data_file, g.overwrite)
-    writable_dir(Path(cfg.data_file).parent, "the directory of data_file")
+    creatable_dir(Path(cfg.data_file).parent, "the directory of data_file")
     return system, every, resolved
 
 
