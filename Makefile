@@ -16,6 +16,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The table(s) of a generated Markdown file into docs/papers/tables/<name>.md (committed), which the
+# results pages include (pymdownx.snippets, docs/papers/*.md): its pipe tables and their **captions**,
+# not its title, notes or column help. $(1): the generated file, $(2): <name>, $(3): the make target.
+define docs_table
+	mkdir -p docs/papers/tables
+	{ echo '<!-- written by make $(3) from $(1); replaced on its next run -->'; echo; \
+	  awk '/^\|/ {print; t = 1; next} t {print ""; t = 0} /^\*\*.*\*\*$$/ {print; print ""}' $(1); \
+	} > docs/papers/tables/$(2).md
+endef
+
 test: install
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
@@ -49,6 +59,7 @@ example-data: install
 # Paper Fig. 5 (steps 4..32) extended to 1024: memory/time/gradient error of every gradient method.
 figure5: install
 	$(PY) -m hnnsym.profile
+	$(call docs_table,outputs/profile/coupled_oscillator/implicit_midpoint/profile.md,profile,figure5)
 
 # Benchmarks (figures in outputs/profile/.../profile.{csv,md,png}): the headline ratios to backprop
 # at 32 and 1024 steps, the memory at 1024 and 8192 steps (keep_every=sqrt), the profile for every
@@ -56,6 +67,7 @@ figure5: install
 # training time of make table1's runs against 52db500 (before the training speed-ups).
 bench: install
 	$(PY) -m hnnsym.profile 'profile.steps=[32,1024]'
+	$(call docs_table,outputs/profile/coupled_oscillator/implicit_midpoint/profile.md,profile,bench)
 	$(PY) -m hnnsym.profile experiment=profile_memory
 	$(PY) -m hnnsym.profile --multirun integrator=implicit_midpoint,gauss_legendre4,gauss_legendre6 'profile.steps=[4,8,16,32,64,128,256]'
 	$(PY) benchmarks/reversible_roundtrip.py
@@ -97,6 +109,7 @@ table1: install
 	$(PY) -m hnnsym.train -m experiment=$(T1_METHODS) $(T1_AXES) train.resume=auto $(T1_LAUNCHER)
 	$(PY) -m hnnsym.evaluate -m experiment=$(T1_METHODS) $(T1_AXES) eval.figures=false $(T1_LAUNCHER)
 	$(PY) -m hnnsym.table1 report.runs=outputs/table1
+	$(call docs_table,results/table1.md,table1,table1)
 
 figures: install
 	$(call generate_missing,low)
@@ -115,6 +128,8 @@ noise-sweep: install
 	$(PY) -m hnnsym.train -m experiment=$(NOISE_METHODS) noise=$(subst $(space),$(comma),$(NOISES)) $(T1_AXES) train.resume=auto $(T1_LAUNCHER)
 	$(PY) -m hnnsym.evaluate -m experiment=$(NOISE_METHODS) noise=$(subst $(space),$(comma),$(NOISES)) $(T1_AXES) eval.figures=false $(T1_LAUNCHER)
 	$(PY) -m hnnsym.table1 report.runs=outputs/table1
+	$(call docs_table,results/table1.md,table1,noise-sweep)
+	$(call docs_table,results/noise_sweep.md,noise_sweep,noise-sweep)
 
 # ---- Tables 2-3 of Aoshima et al. (DDLM: learning from positions only) -------------------------------
 DDLM_SYSTEMS := mass_spring pendulum
@@ -137,6 +152,7 @@ table-ddlm: install
 	  $(PY) -m hnnsym.evaluate -m experiment=ddlm_$$s $(DDLM_AXES) eval.figures=false || exit 1; \
 	done
 	$(PY) -m hnnsym.table_ddlm report.runs=outputs/ddlm
+	$(call docs_table,results/table_ddlm.md,table_ddlm,table-ddlm)
 	$(PY) benchmarks/ddlm_energy_floor.py
 
 # The 2-body column at the paper's budget (experiment=ddlm_two_body: 100,000 Adam steps per run).
@@ -160,6 +176,7 @@ table-ddlm-two-body: install
 	$(PY) -m hnnsym.evaluate -m experiment=ddlm_two_body $(DDLM_TB_AXES) $(DDLM_TB_ARGS) \
 	  eval.figures=false || exit 1
 	$(PY) -m hnnsym.table_ddlm report.runs=outputs/ddlm
+	$(call docs_table,results/table_ddlm.md,table_ddlm,table-ddlm-two-body)
 
 # ---- Finzi et al.: chain pendulum, CHNN / CLNN vs HNN in angles vs NODE (reduced budget) ----------
 # CHAIN_SYSTEM=coupled_pendulum: the reference's 3-D coupled pendulums instead, CHAIN_LINKS their
@@ -228,6 +245,7 @@ CHAIN_RESULTS ?= results
 table-chain: install
 	$(PY) -m hnnsym.table_chain 'report.runs=$(CHAIN_OUT)*' report.eval_dir=$(CHAIN_EVAL_DIR) \
 	  report.out_dir=$(CHAIN_RESULTS)
+	$(call docs_table,$(CHAIN_RESULTS)/table_chain.md,table_chain,table-chain)
 
 clean:
 	rm -rf outputs data/*/ .pytest_cache site

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hnnsym.reporting.table_chain import REFERENCE, build_table
+from hnnsym.reporting.table_chain import REFERENCE, build_table, make_table, markdown_table
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -176,3 +176,12 @@ def test_make_table_chain_reads_the_runs_below_the_prefix(chain_grid, tmp_path):
     )
     assert proc.returncode == 0 and "report.eval_dir=eval_3s " in proc.stdout, proc.stderr
     assert set(pd.read_csv(out / "table_chain.csv")["n"]) == {0}  # no eval_3s/ in these runs
+
+
+def test_markdown_escapes_the_pipe_of_max_phi():
+    """The column ``max |Φ|`` is one column of the Markdown table (its pipes escaped), so that the
+    table copied into docs/papers/tables renders with as many cells as headers."""
+    lines = markdown_table(make_table(pd.DataFrame()), 3).splitlines()
+    assert "max \\|Φ\\|" in lines[0]
+    cells = [line.replace("\\|", "").count("|") for line in lines]
+    assert len(set(cells)) == 1

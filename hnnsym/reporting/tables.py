@@ -178,8 +178,14 @@ def to_markdown(
     headers: Mapping[str, str] | None = None,
     exact: Iterable[str] = (),
 ) -> str:
-    """The aggregated table as a Markdown (pipe) table of ``formatted`` cells."""
-    return formatted(agg, metrics, digits, "±", headers, exact).to_markdown(index=False)
+    """The aggregated table as a Markdown (pipe) table of ``formatted`` cells; a ``|`` in a header
+    or a cell (``max |Φ|``) is escaped, so that it does not split the column."""
+    table = formatted(agg, metrics, digits, "±", headers, exact)
+    table.columns = [str(c).replace("|", "\\|") for c in table.columns]
+    table = table.apply(
+        lambda c: c.map(lambda v: v.replace("|", "\\|") if isinstance(v, str) else v)
+    )
+    return table.to_markdown(index=False)
 
 
 def to_latex(
