@@ -18,7 +18,9 @@ Predictors on the same windows (``baselines``):
                         p held (p̂_k = p_0; the mass of a recording is in general unknown)
     linear              y_{n+1} = A y_n + b (positions: q_{n+1} = A q_n + B q_{n−1} + b) fitted
                         by least squares on every consecutive pair (triple) of the training
-                        trajectories (angles unwrapped along each first), rolled out
+                        trajectories, rolled out; angles unwrapped along each trajectory, and
+                        each step taken with the newest angle shifted into (−π, π] (the map
+                        acts on the circle, so a start many turns away is no extrapolation)
 """
 
 from __future__ import annotations
@@ -69,10 +71,21 @@ def tile_windows(trajectories: np.ndarray, length: int) -> np.ndarray:
     return trajectories[:, idx].reshape(n * per, length + 1, width)
 
 
+def _shift(newest: np.ndarray, periodic: Sequence[int]) -> np.ndarray:
+    """The whole turns (…, w) to take off a group of states so that the newest one's angles lie
+    in (−π, π] (0 for the other components)."""
+    shift = np.zeros_like(newest)
+    if len(periodic):
+        idx = list(periodic)
+        shift[..., idx] = newest[..., idx] - wrap(newest[..., idx])
+    return shift
+
+
 def fit_linear(train: np.ndarray, periodic: Sequence[int], order: int = 1) -> np.ndarray:
     """Least-squares W ((order·w + 1), w) of y_{n+1} = [y_n, …, y_{n−order+1}, 1] W over every
-    consecutive run of ``order`` + 1 states of the training trajectories (N, T+1, w), their angle
-    components unwrapped along time first."""
+    consecutive run of ``order`` + 1 states of the training trajectories (N, T+1, w). Angles:
+    each trajectory is unwrapped along time, and each run is shifted by the whole turns that put
+    the angles of its y_n in (−π, π] (the map acts on the circle: ``roll_linear`` does the same)."""
     y = np.asarray(train, dtype=np.float64).copy()
     if len(periodic):
         idx = list(periodic)
@@ -80,24 +93,29 @@ def fit_linear(train: np.ndarray, periodic: Sequence[int], order: int = 1) -> np
     steps = y.shape[1] - order
     if steps < 1:
         raise ValueError(f"training trajectories of {y.shape[1] - 1} steps are too short")
-    past = [y[:, order - 1 - j : order - 1 - j + steps] for j in range(order)]
-    x = np.concatenate([*past, np.ones((*y.shape[:1], steps, 1))], -1).reshape(
-        -1, order * y.shape[-1] + 1
-    )
-    target = y[:, order:].reshape(-1, y.shape[-1])
+    newest = y[:, order - 1 : order - 1 + steps]
+    shift = _shift(newest, periodic)
+    past = [y[:, order - 1 - j : order - 1 - j + steps] - shift for j in range(order)]
+    ones = np.ones((*newest.shape[:2], 1))
+    x = np.concatenate([*past, ones], -1).reshape(-1, order * y.shape[-1] + 1)
+    target = (y[:, order:] - shift).reshape(-1, y.shape[-1])
     coef, *_ = np.linalg.lstsq(x, target, rcond=None)
     return coef
 
 
-def roll_linear(coef: np.ndarray, given: np.ndarray, steps: int) -> np.ndarray:
+def roll_linear(
+    coef: np.ndarray, given: np.ndarray, steps: int, periodic: Sequence[int] = ()
+) -> np.ndarray:
     """Roll the linear model out ``steps`` times from the ``order`` given states (B, order, w),
-    oldest first: the predictions (B, steps, w)."""
+    oldest first (angles: each step shifted as in ``fit_linear``): the predictions (B, steps, w)."""
     order = given.shape[1]
     history = [given[:, i] for i in range(order)]
     out = []
     for _ in range(steps):
-        x = np.concatenate([*history[::-1][:order], np.ones((given.shape[0], 1))], -1)
-        nxt = x @ coef
+        shift = _shift(history[-1], periodic)
+        x = np.concatenate([*(h - shift for h in history[::-1][:order]),
+                            np.ones((given.shape[0], 1))], -1)  # fmt: skip
+        nxt = x @ coef + shift
         out.append(nxt)
         history = [*history[1:], nxt]
     return np.stack(out, 1)
@@ -120,7 +138,7 @@ def baselines(
     still = np.repeat(last[:, None], steps, 1)
     moving = still.copy()
     moving[..., :dim] = last[:, None, :dim] + k * obs_dt * velocity[:, None]
-    linear = roll_linear(coef, windows[:, :given], steps)
+    linear = roll_linear(coef, windows[:, :given], steps, periodic)
     return {"no_motion": still, "constant_velocity": moving, "linear": linear}
 
 
