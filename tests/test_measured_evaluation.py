@@ -243,3 +243,17 @@ def test_a_positions_only_recording_is_evaluated(tmp_path: Path, compose_config)
     err = horizons.differences(pred.transpose(1, 0, 2), w[:, 2:], [0])
     assert m["mse_h12"] == pytest.approx(np.mean(err**2), rel=1e-10)
     assert "theta [rad]" in m["mse_per_coordinate"]["model"]
+
+
+def test_report_puts_the_baselines_beside_each_error(hnn_run) -> None:
+    from hnnsym.reporting.report import build_report, markdown
+
+    tmp, _, m = hnn_run
+    rep = build_report(str(tmp / "run"), ["mse_h12", "traj_mse", "best_val_loss"])
+    assert rep.metrics == [
+        "mse_h12", "mse_h12_no_motion", "mse_h12_constant_velocity", "mse_h12_linear",
+        "traj_mse", "traj_mse_no_motion", "traj_mse_constant_velocity", "traj_mse_linear",
+        "best_val_loss",
+    ]  # fmt: skip
+    assert rep.table["mse_h12_linear_mean"].iloc[0] == pytest.approx(m["mse_h12_linear"])
+    assert "mse_h12_constant_velocity" in markdown(rep, 3, "t")
