@@ -254,11 +254,16 @@ def not_learned_warning(m: dict) -> str | None:
     if model is not None and math.isfinite(model) and model < ref:
         return None
     shown = "n/a (rollouts failed)" if not math.isfinite(model) else f"{model:.4g}"
+    damped = (
+        ""
+        if m.get("damping_learned") is not None
+        else ", a dissipative model (model=dissipative_hnn)"
+    )
     return (
         f"the model's {h}-step error ({shown}) is not below the best trivial predictor's "
         f"({best.replace('_', ' ')}, {ref:.4g}): it has not learned the dynamics; try scaling "
-        "the recording (ingest.scale=auto), more epochs (train.epochs), a dissipative model "
-        "(model=dissipative_hnn) or a shorter training window (train.window)"
+        f"the recording (ingest.scale=auto), more epochs (train.epochs){damped} or a shorter "
+        "training window (train.window)"
     )
 
 
@@ -383,6 +388,7 @@ def evaluate_measured(
         notes.append("damping: R = D R̃ D / c in the recording's units (1/time where p is "
                      "velocity × unit mass); damping_learned is its mean p diagonal")  # fmt: skip
     metrics["notes"] = notes
+    metrics["warning"] = not_learned_warning(metrics)
 
     figures = []
     if e.figures:
