@@ -410,7 +410,7 @@ def test_example_csv_ingest_train_evaluate(tmp_path: Path, compose_config) -> No
     out = tmp_path / "run" / "eval"
     assert set(metrics["files"]["figures"]) == {
         "learned_hamiltonian.png", "phase_portrait.png", "energy.png", "rollout_error.png",
-        "training_data.png"}  # fmt: skip
+        "training_data.png", "horizons.png"}  # fmt: skip
     assert all((out / f).stat().st_size > 0 for f in metrics["files"]["figures"])
     curves = pd.read_csv(out / "rollout.csv")
     assert len(curves) == 41 and "energy_drift_true_mean" not in curves

@@ -184,6 +184,7 @@ class EvalSchema:
     init_iterations: int = checked(ge(1))
     substeps: int | None = checked(ge(1), nullable=True)
     valid_threshold: float = checked(between(0, 1))
+    horizons: list[int] = MISSING  # >= 1 each, checked by hnnsym.evaluation.horizons
     segment: int = checked(ge(1))
     chunk: int = checked(ge(1))
     figures: bool = MISSING

@@ -1,44 +1,68 @@
-"""Evaluating a model of measurements (system ``measured``, ``python -m hnnsym.ingest``): there
-is no true H, so only what the data allow is measured.
+"""Evaluating a model of a recording (system ``measured``, ``python -m hnnsym.ingest``): there is
+no true H, so only what the data allow is measured, and every number and figure is in the
+recording's units (the file's ``units`` attribute, ``hnnsym.data.units``: states converted with
+``Units.to_recording``, times × τ, energies × the energy scale); angle coordinates are compared
+through wrapped differences atan2(sin Δ, cos Δ).
 
-From the first observed state of each held-out (test) trajectory, the learned H is rolled out
-through the integrator group over the test horizon and compared with the observed states (so the
-errors include the measurement noise):
+Horizons (``hnnsym.evaluation.horizons``): the test trajectories are cut into non-overlapping
+windows of the longest of ``eval.horizons`` (default 1, 4, 12 steps, clipped to the test length);
+from each window's first state (positions only: its first two positions) the model and the
+baselines predict, and
 
-    traj_mse, traj_l2_mean, rel_err_gmean, vpt_mean, vpt_censored, rollout_failed ...
-                     as for simulated data (``hnnsym.evaluation.metrics.rollout_metrics``)
-    short_horizon_steps  the training window τ (the horizon the model was fitted on), capped at
-                     the test horizon; ``traj_l2_short``, ``rel_err_short``: mean ‖ŷ − y‖ and
-                     mean relative error there; ``traj_l2_final``, ``rel_err_final``: at the end
-    learned_energy_data_drift_{mean,max}  |H_θ(y_t) − H_θ(y_0)| along the observed test
-                     trajectories; ``learned_energy_data_drift_rel`` = its mean over the std of H_θ
-                     over the training states (≈ 0: H_θ is conserved along the data, relative to
-                     the range of energies the data cover; real, damped data drift)
-    energy_drift_pred_{max,mean}  H_θ along its own rollouts (the integrator's conservation)
-    h_l1 … vf_rel, energy_drift_true_*, energy_drift_data_max  null: no true H (``notes``)
+    horizons, horizon_times, main_horizon, windows   the steps, in recording time, the longest
+                     (the one the warning is about) and the number of windows
+    mse_h<h>         mean squared error over the windows, steps 1..h and components
+    mse_h<h>_<b>     the same for baseline b (no_motion, constant_velocity, linear) on the same
+                     windows; ``ratio_h<h>_<b>`` = mse_h<h> / mse_h<h>_<b> (< 1: the model is better)
+    mse_per_coordinate  {model and baselines: {column: MSE at the main horizon}}
+    warning          a sentence when the model is not below the best trivial predictor there
 
-Figures: ``learned_hamiltonian.png`` (H_θ over the range of the training data with the data and
-test trajectories on it), ``energy.png`` (H_θ along data and rollouts), ``phase_portrait.png``,
-``rollout_error.png``, ``training_data.png``.
+The whole test trajectories are also rolled out from their first state(s) (as far as
+``eval.rollout_steps``): ``traj_mse`` (over the predicted steps, wrapped; ``traj_mse_<b>`` beside),
+``traj_l2_*``, ``rel_err_*``, ``vpt_*``, ``short_horizon_steps`` (the training window) with
+``traj_l2_short``, ``rel_err_short``; ``learned_energy_data_drift_{mean,max,rel}`` (H_θ along
+the observed test trajectories, in energy units; rel: relative to its spread over the training
+data), ``energy_drift_pred_*`` (H_θ along its rollouts). A dissipative model adds
+``damping_learned``, ``damping_eigenvalues``, ``damping_off_p`` of R = D R̃ D / c in the
+recording's units (1/time when p is mass × velocity with unit mass). ``h_l1`` … ``vf_rel`` are null:
+no true H.
+
+Figures: ``horizons.png``, ``rollout_error.png``, ``phase_portrait.png`` (states) or
+``positions.png`` (positions only), ``learned_hamiltonian.png``, ``energy.png``,
+``training_data.png``, axes named by the file's columns and units.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from hnnsym.data.hdf5 import Dataset
+from hnnsym.data.units import Units
 from hnnsym.errors import UserError
-from hnnsym.evaluation import plots
-from hnnsym.evaluation.metrics import energies, rollout, rollout_metrics
+from hnnsym.evaluation import horizons, plots
+from hnnsym.evaluation.metrics import (
+    RolloutResult,
+    damping_metrics,
+    energies,
+    rollout,
+    rollout_metrics,
+)
+from hnnsym.evaluation.positions import prediction_scheme, rollout_positions
 from hnnsym.evaluation.summary import number, summary_text
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.ode.integrators import integrator_from_config
+from hnnsym.physics.dissipative import is_dissipative_model
+from hnnsym.physics.models import is_position_model
 from hnnsym.physics.systems import System
 from hnnsym.training.checkpoints import trained_options
 
@@ -59,6 +83,190 @@ def learned_energy_along(
     return {"energy": e, "drift": drift, "rel": rel}
 
 
+class NoEnergy:
+    """A stand-in for rollout_metrics' model where the energies are not wanted."""
+
+    has_hamiltonian = False
+
+
+@dataclass
+class Predictor:
+    """How a trained model predicts in the stored (scaled) units: (q, p) models through the
+    integrator group from one state, position models (method=ddlm, ...) by their scheme from two
+    positions (``hnnsym.evaluation.positions.rollout_positions``)."""
+
+    model: nn.Module
+    obs_dt: float  # the stored (scaled) observation interval
+    integrator: Any = None
+    substeps: int = 1
+    segment: int = 100
+    scheme: tuple[str, float | None, int] = ("eq12", None, 30)
+
+    @property
+    def given(self) -> int:
+        """How many observations a prediction starts from (1: a state, 2: two positions)."""
+        return 2 if is_position_model(self.model) else 1
+
+    def predict(self, given: Tensor, steps: int) -> tuple[Tensor, list[str]]:
+        """From the first ``given`` observations (g, B, w) the next ``steps`` (steps, B, w), NaN
+        from a failure on; and the reasons of the failures."""
+        if self.given == 2:
+            scheme, tol, max_iter = self.scheme
+            roll = rollout_positions(self.model, given[0], given[1], self.obs_dt, steps + 1,
+                                     scheme, tol, max_iter)  # fmt: skip
+            return roll.positions[2:], roll.fail_reason
+        result = rollout(self.model, given[0], self.obs_dt, steps, self.integrator,
+                         substeps=self.substeps, segment=self.segment)  # fmt: skip
+        return result.states[1:], result.fail_reason
+
+
+def predictor_from_config(
+    cfg: DictConfig, model: nn.Module, obs_dt: float, substeps: int
+) -> Predictor:
+    integ = None
+    if not is_position_model(model):
+        try:
+            integ = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
+        except ValueError as err:
+            raise UserError(str(err)) from err
+    scheme = prediction_scheme(cfg) if is_position_model(model) else ("eq12", None, 30)
+    return Predictor(model, obs_dt, integ, substeps, int(cfg.eval.segment), scheme)
+
+
+def axis_labels(units: Units, dim: int) -> tuple[list[str], str]:
+    """The 2d axis labels of a state's components, named by the file's columns and units
+    (``q``, ``p`` when it names none), and the time axis label."""
+    names = list(units.names[:dim]) if len(units.names) >= dim else None
+    default = plots.coordinate_names(dim)
+    if names is None:
+        return default, "$t$"
+
+    def unit(name: str) -> str:
+        return f" [{units.labels[name]}]" if units.labels.get(name) else ""
+
+    q = [f"{n}{unit(n)}" for n in names]
+    p = (
+        list(units.names[dim : 2 * dim])
+        if len(units.names) >= 2 * dim
+        else [f"p({n})" for n in names]
+    )
+    p = [f"{n}{unit(n)}" for n in p]
+    when = next((units.labels[k] for k in ("t", "time") if units.labels.get(k)), "")
+    return q + p, f"t [{when}]" if when else "$t$"
+
+
+class RecordingEnergy(nn.Module):
+    """H(y) = energy · H̃(y / scales) of a model of scaled states, for states in the recording's
+    units (figures of the learned landscape)."""
+
+    def __init__(self, model: nn.Module, units: Units) -> None:
+        super().__init__()
+        self.model, self.energy = model, units.energy
+        self.register_buffer("scales", torch.as_tensor(units.state_scales(2 * units.dim)))
+
+    def forward(self, y: Tensor) -> Tensor:
+        return self.energy * self.model(y / self.scales.to(y))
+
+
+class RecordingDamping:
+    """R(y) = D R̃(D⁻¹ y) D / c in the recording's units (D the state scales, c the action): the
+    damping of f = (J⁻¹ − R)∇H, for ``damping_metrics``."""
+
+    def __init__(self, model: nn.Module, units: Units) -> None:
+        self.model, self.action = model, units.action
+        self.scales = torch.as_tensor(units.state_scales(2 * units.dim))
+
+    def damping_matrix(self, y: Tensor) -> Tensor:
+        D = self.scales.to(y)
+        R = self.model.damping_matrix(y / D)
+        return R * D[:, None] * D[None, :] / self.action
+
+
+def _tensor(x: np.ndarray, like: Tensor) -> Tensor:
+    return torch.as_tensor(x).to(like)
+
+
+def horizon_metrics(
+    e: DictConfig,
+    predictor: Predictor,
+    units: Units,
+    test: np.ndarray,
+    train: np.ndarray,
+    like: Tensor,
+) -> tuple[dict, dict]:
+    """The horizon metrics (``hnnsym.evaluation.horizons``) of the test trajectories (N, T+1, w)
+    with the linear baseline fitted on the training ones, all in recording units; and what the
+    figure needs."""
+    d, g = units.dim, predictor.given
+    periodic = list(units.periodic)
+    asked = None if e.get("horizons") is None else list(e.horizons)
+    try:
+        hs = horizons.choose_horizons(asked, test.shape[1] - g)
+    except ValueError as err:
+        raise UserError(str(err)) from err
+    H = hs[-1]
+    windows_scaled = horizons.tile_windows(test, H + g - 1)  # (B, g + H, w)
+    given = _tensor(windows_scaled[:, :g], like).transpose(0, 1)
+    pred_scaled, reasons = predictor.predict(given, H)
+    pred = units.to_recording(pred_scaled.transpose(0, 1).cpu().numpy())
+    windows = units.to_recording(windows_scaled)
+    observed = windows[:, g:]
+    dt = predictor.obs_dt * units.time
+    coef = horizons.fit_linear(units.to_recording(train), periodic, order=g)
+    base = horizons.baselines(windows, d, dt, coef, periodic)
+    model_mse = horizons.horizon_mse(pred, observed, hs, periodic)
+    base_mse = {b: horizons.horizon_mse(p, observed, hs, periodic, model=pred)
+                for b, p in base.items()}  # fmt: skip
+    out: dict[str, Any] = {
+        "horizons": hs,
+        "horizon_times": [h * dt for h in hs],
+        "main_horizon": H,
+        "windows": int(windows.shape[0]),
+        "windows_failed": int((~np.isfinite(pred).all(axis=(1, 2))).sum()),
+        "baselines": list(horizons.BASELINES),
+    }
+    for h in hs:
+        out[f"mse_h{h}"] = model_mse[h]
+        for b in horizons.BASELINES:
+            out[f"mse_h{h}_{b}"] = base_mse[b][h]
+        for b in horizons.BASELINES:
+            ref = base_mse[b][h]
+            out[f"ratio_h{h}_{b}"] = model_mse[h] / ref if ref > 0 else math.nan
+    labels, _ = axis_labels(units, d)
+    names = labels[: test.shape[-1]]
+    per = {"model": horizons.per_coordinate_mse(pred, observed, H, periodic)}
+    per |= {b: horizons.per_coordinate_mse(p, observed, H, periodic) for b, p in base.items()}
+    out["mse_per_coordinate"] = {k: dict(zip(names, map(float, v), strict=True))
+                                 for k, v in per.items()}  # fmt: skip
+    out["warning"] = not_learned_warning(out)
+    curve = {"times": out["horizon_times"], "model": [model_mse[h] for h in hs],
+             "baselines": {b: [base_mse[b][h] for h in hs] for b in base}}  # fmt: skip
+    return out, {"curve": curve, "reasons": reasons}
+
+
+def not_learned_warning(m: dict) -> str | None:
+    """The sentence when the model's error at the main horizon is not below the best trivial
+    predictor's (or could not be computed); None when it is."""
+    h = m["main_horizon"]
+    model = m[f"mse_h{h}"]
+    best = min(horizons.TRIVIAL, key=lambda b: m[f"mse_h{h}_{b}"])
+    ref = m[f"mse_h{h}_{best}"]
+    if model is not None and math.isfinite(model) and model < ref:
+        return None
+    shown = "n/a (rollouts failed)" if not math.isfinite(model) else f"{model:.4g}"
+    damped = (
+        ""
+        if m.get("damping_learned") is not None
+        else ", a dissipative model (model=dissipative_hnn)"
+    )
+    return (
+        f"the model's {h}-step error ({shown}) is not below the best trivial predictor's "
+        f"({best.replace('_', ' ')}, {ref:.4g}): it has not learned the dynamics; try scaling "
+        f"the recording (ingest.scale=auto), more epochs (train.epochs){damped} or a shorter "
+        "training window (train.window)"
+    )
+
+
 def evaluate_measured(
     cfg: DictConfig,
     out: Path,
@@ -69,110 +277,231 @@ def evaluate_measured(
     obs_dt: float,
     steps: int,
     substeps: int,
-    train_states: Tensor | None,
+    data: Dataset,
     payload: dict,
 ) -> tuple[dict, pd.DataFrame, list[str]]:
-    """Metrics (with notes), per-step curves and figures of a (q, p) model of measurements;
-    ``truth`` (T+1, B, 2d) are the observed test states, ``train_states`` (M, 2d) the training
-    data for the landscape figure (None: not drawn)."""
+    """Metrics (with notes), per-step curves and figures of a model of a recording, in its
+    units; ``truth`` (T+1, B, w) are the observed test trajectories (stored units; w = 2d states
+    or d positions), ``t`` their times, ``data`` the file (its train split and units)."""
     e = cfg.eval
-    try:
-        integ = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
-    except ValueError as err:
-        raise UserError(str(err)) from err
-    result = rollout(model, truth[0], obs_dt, steps, integ, substeps=substeps, segment=e.segment)
-    roll = rollout_metrics(result, truth, t, None, model, e.valid_threshold, e.chunk)
+    d = system.dim
+    units = Units.from_attrs(data.attrs, d)
+    periodic = list(units.periodic)
+    predictor = predictor_from_config(cfg, model, obs_dt, substeps)
+    g = predictor.given
+    if truth.shape[0] < g + 1:
+        raise UserError(f"the test trajectories need at least {g} steps to predict from {g} "
+                        "observation(s)")  # fmt: skip
+    test = data.splits["test"].observed[: truth.shape[1]]
+    train = data.splits["train"].observed
+    metrics: dict[str, Any] = dict.fromkeys(UNAVAILABLE)
+    found, drawn = horizon_metrics(e, predictor, units, test, train, truth)
+    metrics |= found
+    labels, time_label = axis_labels(units, d)
+
+    # the whole test trajectories from their first observation(s)
+    pred_scaled, reasons = predictor.predict(truth[:g], steps + 1 - g)
+    pred_scaled = torch.cat([truth[:g], pred_scaled])
+    fail = torch.tensor([-1] * truth.shape[1])
+    bad = ~torch.isfinite(pred_scaled).all(-1).cpu()
+    fail = torch.where(bad.any(0), bad.long().argmax(0), fail)
+    pred = _tensor(units.to_recording(pred_scaled.cpu().numpy()), truth)
+    obs = _tensor(units.to_recording(truth.cpu().numpy()), truth)
+    # wrapped: the truth's angles to (−π, π] and the prediction at the wrapped difference from it
+    obs_w = obs.clone()
+    if periodic:
+        obs_w[..., periodic] = torch.atan2(torch.sin(obs[..., periodic]),
+                                           torch.cos(obs[..., periodic]))  # fmt: skip
+    pred_w = obs_w + _tensor(horizons.differences(pred.cpu().numpy(), obs.cpu().numpy(),
+                                                  periodic), truth)  # fmt: skip
+    dt = obs_dt * units.time
+    tt = (t - t[0]) * units.time
+    result = RolloutResult(pred_w, fail, reasons, dt, 1 if g == 2 else substeps)
+    roll = rollout_metrics(result, obs_w, tt, None, NoEnergy(), e.valid_threshold, e.chunk)
     per = roll.per_trajectory
     window = int(trained_options(payload).get("window") or 1)
     short = min(window, steps)
     valid = result.valid()
     l2_short = per["l2"][short][valid[short]]
-    metrics = dict.fromkeys(UNAVAILABLE)
+    sq = ((pred_w - obs_w) ** 2)[g:].transpose(0, 1).cpu().numpy()  # (B, T+1-g, w)
+    ok = np.isfinite(sq).all(axis=(1, 2))
+    whole = horizons.tile_windows(units.to_recording(test[:, : steps + 1]), steps)
+    coef = horizons.fit_linear(units.to_recording(train), periodic, order=g)
     metrics |= {
         **roll.summary,
+        "traj_mse": float(sq[ok].mean()) if ok.any() else math.nan,
         "short_horizon_steps": short,
         "traj_l2_short": float(l2_short.mean()) if l2_short.numel() else math.nan,
         "rel_err_short": float(per["rel_err"][short].mean()),
+        "rollout_substeps": result.substeps,
+        "rollout_integrator": predictor.scheme[0] if g == 2 else predictor.integrator.name,
+        "rollout_reference": "observed",
+        "rollout_failures": sorted({r for r in reasons if r}),
+        "units": units.as_attr(),
     }
+    for b, p in horizons.baselines(whole, d, dt, coef, periodic).items():
+        sq_b = horizons.differences(p, whole[:, g:], periodic) ** 2
+        metrics[f"traj_mse_{b}"] = float(sq_b[ok].mean()) if ok.any() else math.nan
     notes = [
         "no true H (system measured): the H and vector-field errors (h_l1, h_l1_raw, h_l1_rel, "
         "vf_l1, vf_rel), energy_drift_true_* and energy_drift_data_max are unavailable (null)",
-        "the rollouts start from the observed test states and are compared with them, so the "
-        "rollout errors include the measurement noise",
+        "every number is in the recording's units (times × τ, states by Units.to_recording); "
+        "the predictions start from observed test states and are compared with them, so the "
+        "errors include the measurement noise",
+        f"mse_h<h> beside the baselines {', '.join(horizons.BASELINES)} on the same "
+        f"{metrics['windows']} windows of {metrics['main_horizon']} steps",
     ]
+    if periodic:
+        notes.append(f"angle coordinates {periodic}: errors of wrapped differences")
+    if metrics["windows_failed"]:
+        notes.append(f"{metrics['windows_failed']} of {metrics['windows']} window rollouts failed: "
+                     "mse_h<h> and the baselines' are over the others")  # fmt: skip
+    if metrics["windows"] < 5:
+        notes.append(f"only {metrics['windows']} test windows: the errors are rough")
+
     learned = None
-    if has_hamiltonian(model):
-        learned = learned_energy_along(model, truth, e.chunk, train_states)
+    energy_model = RecordingEnergy(model, units) if g == 1 and has_hamiltonian(model) else None
+    e_pred = torch.full(pred.shape[:2], math.nan, dtype=pred.dtype)
+    if energy_model is not None:
+        train_rec = _tensor(units.to_recording(train.reshape(-1, train.shape[-1])), truth)
+        learned = learned_energy_along(energy_model, obs, e.chunk, train_rec)
+        e_pred = energies(energy_model, pred, e.chunk)
+        drift_pred = (e_pred - e_pred[0]).abs()
+        valid_pred = valid & torch.isfinite(drift_pred)
         metrics |= {
             "learned_energy_data_drift_mean": float(learned["drift"].mean()),
             "learned_energy_data_drift_max": float(learned["drift"].max()),
             "learned_energy_data_drift_rel": float(learned["rel"]),
+            "energy_drift_pred_max": float(drift_pred[valid_pred].max()),
+            "energy_drift_pred_mean": float(drift_pred[valid_pred].mean()),
         }
     else:
-        notes.append(
-            f"model {payload['model_config'].get('name')} has no Hamiltonian: the learned-energy "
-            "metrics are null"
-        )
+        why = "positions only" if g == 2 else "it has no Hamiltonian"
+        notes.append(f"model {payload['model_config'].get('name')}: {why}; the learned-energy "
+                     "metrics are null")  # fmt: skip
         metrics |= dict.fromkeys(("learned_energy_data_drift_mean", "learned_energy_data_drift_max",
-                                  "learned_energy_data_drift_rel"))  # fmt: skip
-    metrics |= {
-        "notes": notes,
-        "rollout_substeps": substeps,
-        "rollout_integrator": integ.name,
-        "rollout_reference": "observed",
-        "rollout_failures": sorted({r for r in result.fail_reason if r}),
-    }
+                                  "learned_energy_data_drift_rel", "energy_drift_pred_max",
+                                  "energy_drift_pred_mean"))  # fmt: skip
+    if is_dissipative_model(model):
+        found = damping_metrics(RecordingDamping(model, units), obs, None, e.chunk)
+        metrics |= {k: v for k, v in found.items() if k not in ("damping_true", "damping_rel_err")}
+        notes.append("damping: R = D R̃ D / c in the recording's units (1/time where p is "
+                     "velocity × unit mass); damping_learned is its mean p diagonal")  # fmt: skip
+    metrics["notes"] = notes
+    metrics["warning"] = not_learned_warning(metrics)
+
     figures = []
     if e.figures:
-        k = min(int(e.plot_trajectories), truth.shape[1])
-        tt = t - t[0]
-        if learned is not None and train_states is not None:
-            plots.plot_learned_landscape(
-                model, train_states, truth[:, :k], result.states[:, :k],
-                out / "learned_hamiltonian.png", e.slice_points, e.chunk, e.scatter_points,
-                torch.Generator().manual_seed(cfg.seed),
-            )  # fmt: skip
-            figures.append("learned_hamiltonian")
-        if k:
-            plots.plot_phase_portraits(truth[:, :k], result.states[:, :k], system.dim,
-                                       out / "phase_portrait.png")  # fmt: skip
-            figures.append("phase_portrait")
-            if learned is not None:
-                plots.plot_learned_energy(tt, learned["energy"][:, :k], per["energy_pred"][:, :k],
-                                          out / "energy.png")  # fmt: skip
-                figures.append("energy")
-        plots.plot_rollout_error(tt, per["l2"], per["rel_err"], e.valid_threshold,
-                                 out / "rollout_error.png")  # fmt: skip
-        figures.append("rollout_error")
-        if e.plot_training_data and train_states is not None:
-            plots.plot_training_data(train_states, system.dim, out / "training_data.png",
-                                     max_points=e.scatter_points,
-                                     generator=torch.Generator().manual_seed(cfg.seed))  # fmt: skip
-            figures.append("training_data")
+        figures = draw_measured_figures(cfg, out, d, units, labels, time_label, obs, pred, tt,
+                                        per, learned, e_pred, energy_model, train, drawn)  # fmt: skip
     curves = pd.DataFrame({key: v.detach().cpu().numpy() for key, v in roll.curves.items()
                            if key not in ("energy_drift_true_mean", "energy_drift_true_max",
-                                          "energy_drift_data_mean")})  # fmt: skip
+                                          "energy_drift_data_mean", "energy_drift_pred_mean")})  # fmt: skip
     if learned is not None:
         curves["learned_energy_data_drift_mean"] = learned["drift"].mean(1).cpu().numpy()
     curves.insert(0, "step", range(len(curves)))
     return metrics, curves, figures
 
 
+def draw_measured_figures(
+    cfg: DictConfig,
+    out: Path,
+    d: int,
+    units: Units,
+    labels: list[str],
+    time_label: str,
+    obs: Tensor,
+    pred: Tensor,
+    tt: Tensor,
+    per: dict,
+    learned: dict | None,
+    e_pred: Tensor,
+    energy_model: nn.Module | None,
+    train: np.ndarray,
+    drawn: dict,
+) -> list[str]:
+    """The figures of a measured evaluation, in the recording's units, into ``out``."""
+    e = cfg.eval
+    k = min(int(e.plot_trajectories), obs.shape[1])
+    figures = []
+    c = drawn["curve"]
+    plots.plot_horizons(c["times"], c["model"], c["baselines"], out / "horizons.png", time_label)
+    figures.append("horizons")
+    train_rec = torch.as_tensor(units.to_recording(train.reshape(-1, train.shape[-1])))
+    if energy_model is not None and learned is not None:
+        plots.plot_learned_landscape(
+            energy_model, train_rec.to(obs), obs[:, :k], pred[:, :k],
+            out / "learned_hamiltonian.png", e.slice_points, e.chunk, e.scatter_points,
+            torch.Generator().manual_seed(cfg.seed), names=labels,
+        )  # fmt: skip
+        figures.append("learned_hamiltonian")
+    if k:
+        if obs.shape[-1] == 2 * d:
+            plots.plot_phase_portraits(obs[:, :k], pred[:, :k], d, out / "phase_portrait.png",
+                                       names=labels)  # fmt: skip
+            figures.append("phase_portrait")
+        else:
+            plots.plot_positions(tt, obs[:, :k], pred[:, :k], out / "positions.png",
+                                 names=labels[:d], time_label=time_label)  # fmt: skip
+            figures.append("positions")
+        if learned is not None:
+            plots.plot_learned_energy(tt, learned["energy"][:, :k], e_pred[:, :k],
+                                      out / "energy.png", time_label)  # fmt: skip
+            figures.append("energy")
+    plots.plot_rollout_error(tt, per["l2"], per["rel_err"], e.valid_threshold,
+                             out / "rollout_error.png", time_label)  # fmt: skip
+    figures.append("rollout_error")
+    if e.plot_training_data and train_rec.shape[-1] == 2 * d:
+        plots.plot_training_data(train_rec, d, out / "training_data.png",
+                                 max_points=e.scatter_points,
+                                 generator=torch.Generator().manual_seed(cfg.seed),
+                                 names=labels)  # fmt: skip
+        figures.append("training_data")
+    return figures
+
+
+def horizon_table(m: dict) -> str:
+    """The horizon lines of the terminal summary: the model's MSE beside each baseline's (and
+    the model's ratio to it) per horizon."""
+    f = partial(number, m)
+    head = ["horizon", "model", *(b.replace("_", " ") for b in m["baselines"])]
+    rows = []
+    for h, when in zip(m["horizons"], m["horizon_times"], strict=True):
+        cells = [f"{h} ({when:.4g})", f(f"mse_h{h}")]
+        for b in m["baselines"]:
+            ratio = m.get(f"ratio_h{h}_{b}")
+            shown = "" if ratio is None else f" (x{ratio:.3g})"
+            cells.append(f"{f(f'mse_h{h}_{b}')}{shown}")
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    return "\n".join("    " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                     for r in [head, *rows])  # fmt: skip
+
+
 def measured_summary(m: dict, out: Path) -> str:
-    """The terminal lines of an evaluation of measurements."""
+    """The terminal lines of an evaluation of a recording; the last one the warning when the
+    model is not below the trivial predictors."""
 
     f = partial(number, m)  # f(key): the metric for the terminal
 
+    baselines = ", ".join(f"{b.replace('_', ' ')} {f(f'traj_mse_{b}')}" for b in m["baselines"])
     body = (
-        f"  rollout of {m['rollout_trajectories']} held-out trajectories from their observed "
-        f"first states ({m['rollout_integrator']}, h = {m['rollout_dt']:g}):\n"
-        f"    at {m['short_horizon_steps']} steps (the training window): |error| "
-        f"{f('traj_l2_short')}, rel. error {f('rel_err_short')}\n"
-        f"    at t = {m['rollout_horizon']:g} ({m['rollout_steps']} steps): |error| "
-        f"{f('traj_l2_final')}, rel. error {f('rel_err_final')}; mse {f('traj_mse')}, rel. "
-        f"error gmean {f('rel_err_gmean')}, valid time {f('vpt_mean')} (threshold "
-        f"{m['vpt_threshold']:g}), failed {100 * m['rollout_failed']:.3g} %\n"
+        f"  mean squared error (recording units) on {m['windows']} test windows of "
+        f"{m['main_horizon']} steps ({m['rollout_integrator']}, dt = {m['rollout_dt']:g}), "
+        "up to each horizon (steps and time; model/baseline in brackets):\n"
+        f"{horizon_table(m)}\n"
+        f"  whole test trajectories ({m['rollout_trajectories']}, to t = "
+        f"{m['rollout_horizon']:g}): mse {f('traj_mse')} ({baselines}); at "
+        f"{m['short_horizon_steps']} steps (the training window) |error| {f('traj_l2_short')}; "
+        f"valid time {f('vpt_mean')} (threshold {m['vpt_threshold']:g}), failed "
+        f"{100 * m['rollout_failed']:.3g} %\n"
         f"  learned H along the data: drift mean {f('learned_energy_data_drift_mean')} "
         f"({f('learned_energy_data_drift_rel')} of its spread over the training data)"
     )
-    return summary_text(m, out, body, about=" (measurements: no true H)")
+    if m.get("damping_learned") is not None:
+        body += (f"\n  damping: learned {f('damping_learned')} (eigenvalues of R_pp "
+                 f"{[float(f'{v:.4g}') for v in m['damping_eigenvalues']]})")  # fmt: skip
+    text = summary_text(m, out, body, about=" (a recording: no true H)")
+    if m.get("warning"):
+        text += f"\nwarning: {m['warning']}"
+    return text

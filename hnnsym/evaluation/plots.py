@@ -102,10 +102,12 @@ def plot_phase_portraits(
     dim: int,
     path: str | os.PathLike,
     title: str = "",
+    names: Sequence[str] | None = None,
 ) -> None:
-    """True (solid) vs learned (dashed) trajectories (T+1, B, 2d) in each (q_i, p_i) plane."""
+    """True (solid) vs learned (dashed) trajectories (T+1, B, 2d) in each (q_i, p_i) plane;
+    ``names``: the 2d axis labels (default ``coordinate_names``)."""
     truth, pred = _numpy(truth), _numpy(pred)
-    names = coordinate_names(dim)
+    names = list(names or coordinate_names(dim))
     fig = Figure(figsize=(4.6 * dim, 4.2), layout="constrained")
     panels = np.atleast_1d(fig.subplots(1, dim))
     colors = [f"C{k % 10}" for k in range(truth.shape[1])]
@@ -155,12 +157,14 @@ def plot_positions(
     truth: Tensor | np.ndarray,
     pred: Tensor | np.ndarray,
     path: str | os.PathLike,
+    names: Sequence[str] | None = None,
+    time_label: str = "$t$",
 ) -> None:
     """Positions over time (T+1, B, d), true (solid) vs predicted (dashed), one panel per
-    coordinate (Aoshima et al., Fig. 1 top)."""
+    coordinate (Aoshima et al., Fig. 1 top); ``names``: the d axis labels."""
     t, truth, pred = _numpy(t), _numpy(truth), _numpy(pred)
     d = truth.shape[-1]
-    names = coordinate_names(d)[:d]
+    names = list(names or coordinate_names(d)[:d])
     fig = Figure(figsize=(11, 2.6 * d + 0.6), layout="constrained")
     panels = np.atleast_1d(fig.subplots(d, 1, sharex=True))
     for i, ax in enumerate(panels):
@@ -170,7 +174,7 @@ def plot_positions(
             ax.plot(t, pred[:, b, i], color=color, **PRED_STYLE)
         ax.set_ylabel(names[i])
     solid_dashed_legend(panels[0], "true", "predicted")
-    panels[-1].set_xlabel("$t$")
+    panels[-1].set_xlabel(time_label)
     fig.suptitle("positions predicted from the first two: true (solid) vs predicted (dashed)")
     save_figure(fig, path)
 
@@ -203,6 +207,7 @@ def plot_rollout_error(
     rel_err: Tensor | np.ndarray,
     threshold: float,
     path: str | os.PathLike,
+    time_label: str = "$t$",
 ) -> None:
     """Trajectory error vs time over all test trajectories (T+1, B): ||ŷ - y|| (left) and the
     bounded relative error with the valid-prediction threshold (right); median and 10–90 % band."""
@@ -215,7 +220,7 @@ def plot_rollout_error(
         ax.plot(t[1:], mid, label="median")
         ax.plot(t[1:], np.nanmean(values[1:], axis=1), ls=":", label="mean")
         ax.set_yscale("log")
-        ax.set_xlabel("$t$")
+        ax.set_xlabel(time_label)
         ax.set_title(label)
     panels[1].axhline(threshold, color="k", lw=0.8, ls="--", label=f"threshold {threshold:g}")
     panels[1].legend(loc="best", fontsize=8)
@@ -229,6 +234,7 @@ def plot_training_data(
     axes: Sequence[int] | None = None,
     max_points: int = 20000,
     generator: torch.Generator | None = None,
+    names: Sequence[str] | None = None,
 ) -> None:
     """Scatter of observed training states (N, T+1, 2d) in the (q, p) plane ``axes`` (default
     ``slice_axes``), at most ``max_points`` of them drawn uniformly (with ``generator``)."""
@@ -237,7 +243,7 @@ def plot_training_data(
         pick = torch.randperm(states.shape[0], generator=generator)[:max_points]
         states = states[pick]
     i, j = axes if axes is not None else slice_axes(dim)
-    names = coordinate_names(dim)
+    names = list(names or coordinate_names(dim))
     fig = Figure(figsize=(4.6, 4.2), layout="constrained")
     ax = fig.subplots()
     dense = states.shape[0] > 5000
@@ -259,6 +265,7 @@ def plot_learned_landscape(
     chunk: int = 65536,
     max_points: int = 20000,
     generator: torch.Generator | None = None,
+    names: Sequence[str] | None = None,
 ) -> None:
     """The learned energy H_θ where there is no true H (measurements): H_θ on the 2-D slice
     ``slice_axes`` over the range of ``data`` (M, 2d: states, e.g. the training split) plus a 5 %
@@ -285,7 +292,7 @@ def plot_learned_landscape(
     if data.shape[0] > max_points:
         data = data[torch.randperm(data.shape[0], generator=generator)[:max_points]]
     obs, pred = _numpy(observed), _numpy(predicted)
-    names = coordinate_names(dim)
+    names = list(names or coordinate_names(dim))
     fig = Figure(figsize=(6.4, 5.0), layout="constrained")
     ax = fig.subplots()
     extent = [float(xs[0]), float(xs[-1]), float(ys[0]), float(ys[-1])]
@@ -315,6 +322,7 @@ def plot_learned_energy(
     energy_data: Tensor | np.ndarray,
     energy_pred: Tensor | np.ndarray,
     path: str | os.PathLike,
+    time_label: str = "$t$",
 ) -> None:
     """The learned H_θ (T+1, B) along the observed test trajectories (dashed) and along its own
     rollouts from their first states (solid), where no true H is known."""
@@ -326,6 +334,28 @@ def plot_learned_energy(
         ax.plot(t, e_p[:, b], color=color, **TRUE_STYLE)
         ax.plot(t, e_d[:, b], color=color, **PRED_STYLE)
     solid_dashed_legend(ax, "$H_\\theta$ along its rollout", "$H_\\theta$ along the data")
-    ax.set_xlabel("$t$")
+    ax.set_xlabel(time_label)
     ax.set_title("learned energy (no true H: measurements)", fontsize=10)
+    save_figure(fig, path)
+
+
+def plot_horizons(
+    times: Sequence[float],
+    model: Sequence[float],
+    baselines: dict[str, Sequence[float]],
+    path: str | os.PathLike,
+    time_label: str = "$t$",
+) -> None:
+    """The mean squared rollout error up to each horizon (at ``times``) of the model beside the
+    baselines' on the same windows (``hnnsym.evaluation.horizons``), log scale."""
+    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
+    ax = fig.subplots()
+    ax.plot(times, model, "o-", color="k", label="model", lw=1.6)
+    for b, (name, values) in enumerate(baselines.items()):
+        ax.plot(times, values, "s--", color=f"C{b}", label=name.replace("_", " "), lw=1.0)
+    ax.set_yscale("log")
+    ax.set_xlabel(f"horizon {time_label}")
+    ax.set_ylabel("MSE up to the horizon")
+    ax.set_title("rollout error on the test windows (recording units)", fontsize=10)
+    ax.legend(loc="best", fontsize=8)
     save_figure(fig, path)

@@ -350,7 +350,9 @@ def evaluate(cfg: DictConfig) -> dict:
         raise UserError(f"checkpoint {ckpt_path}: {problem}")
 
     data_file = Path(cfg.data_file)
-    splits = ("test", "train") if e.figures and e.plot_training_data else ("test",)
+    # a recording's evaluation fits its linear baseline on the train split
+    train_too = (e.figures and e.plot_training_data) or not system.known
+    splits = ("test", "train") if train_too else ("test",)
     data = read_dataset(
         data_file, system=system.name, dim=system.dim, splits=splits, memory_limit=cfg.memory_limit
     )
@@ -376,7 +378,7 @@ def evaluate(cfg: DictConfig) -> dict:
         reference, states = (
             ("clean", test.clean) if test.clean is not None else ("observed", test.observed)
         )
-        if states.shape[-1] != 2 * system.dim:
+        if states.shape[-1] != 2 * system.dim and system.known:  # a recording: positions too
             raise UserError(
                 f"the test split of {data_file} has no clean states and its observed ones are not "
                 f"(q, p) states {states.shape}; evaluate needs one of them (a clean dataset)"
@@ -409,16 +411,13 @@ def evaluate(cfg: DictConfig) -> dict:
             core, curves, figures = evaluate_constrained(
                 cfg, out, system, model, truth, t, obs_dt, steps, substeps, fine_dt
             )
+        elif not system.known:  # a recording (hnnsym.ingest): no true H, its own units
+            core, curves, figures = evaluate_measured(cfg, out, system, model, truth, t, obs_dt,
+                                                      steps, substeps, data, payload)  # fmt: skip
         elif is_position_model(
             model
         ):  # learned from positions only (Aoshima et al.): Eq. 12 / recurrences
             core, curves, figures = evaluate_positions(cfg, out, system, model, truth, t, obs_dt)
-        elif not system.known:  # measurements (hnnsym.ingest): no true H to compare with
-            train = data.splits.get("train")
-            train_states = None if train is None else torch.as_tensor(
-                train.observed.reshape(-1, train.observed.shape[-1])).to(device, dtype)  # fmt: skip
-            core, curves, figures = evaluate_measured(cfg, out, system, model, truth, t, obs_dt, steps,
-                                                      substeps, train_states, payload)  # fmt: skip
         else:
             core, curves, figures = hamiltonian_metrics(
                 cfg, out, system, model, truth, t, obs_dt, steps, substeps, data, payload, reference

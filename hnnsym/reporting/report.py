@@ -42,6 +42,23 @@ class Report:
     hue: str | None = None  # the config key that colours the bars
 
 
+# The baselines a recording's evaluation puts beside its errors (hnnsym.evaluation.horizons):
+# metric ``<m>`` has ``<m>_<baseline>`` for each.
+BASELINES = ("no_motion", "constant_velocity", "linear")
+
+
+def beside_baselines(metrics: Sequence[str], available: Sequence[str]) -> list[str]:
+    """``metrics`` with, right after each, its baselines' columns where the runs have them
+    (``mse_h12`` -> ``mse_h12``, ``mse_h12_no_motion``, ``mse_h12_constant_velocity``,
+    ``mse_h12_linear``), each once."""
+    out: list[str] = []
+    for m in metrics:
+        for key in (m, *(f"{m}_{b}" for b in BASELINES)):
+            if key not in out and (key == m or key in available):
+                out.append(key)
+    return out
+
+
 def build_report(
     patterns: str | Iterable[str],
     metrics: Sequence[str],
@@ -66,6 +83,7 @@ def build_report(
             raise UserError(
                 f"report.{what}: unknown {unknown}; available: {', '.join(runset.metric_keys)}"
             )
+    metrics = beside_baselines(metrics, runset.metric_keys)
     if group_by is None:
         keys = choose_keys(complete, runset.config_keys, ignore)
     else:
