@@ -16,14 +16,19 @@ Pipeline (every step logged):
    that has a jump |Δθ| > π), momenta are read, or p = mass · v from velocity columns, or from
    central differences of q (``velocities=finite_difference``), or left out (positions only,
    ``observe = q``).
-4. Segments shorter than ``min_segment`` steps are dropped. Each remaining segment is cut into
-   trajectories of T steps (``steps``, or the shortest segment's length), consecutive pieces
-   sharing their end point; the schema stores (N, T+1, width) per split.
-5. Segments (never single points or pieces of one) are dealt to train/val/test by a permutation
-   drawn from ``seed``; the file records which rows went where (attribute ``segments``).
+4. Segments are subsampled (``every``), cut at the ends of split time ranges and into equal
+   blocks of at most ``max_segment`` steps; those shorter than ``min_segment`` are dropped. Units
+   are chosen (``scale``: auto, powers of two; ``choose_units``). Each segment is tiled by
+   trajectories of T steps (``steps``, or ``auto_steps``), the last one ending at the segment's
+   end (``cut``); the schema stores (N, T+1, width) per split, in the scaled units.
+5. Segments (never single points or pieces of one) are dealt to train/val/test by the split
+   rules (``choose_splits``: fractions by a permutation from ``seed``, or segment indices,
+   trials, time ranges, every k-th); the file records the rules (attribute ``split``) and which
+   rows went where (attribute ``segments``).
 
 Written with system ``measured`` (no known H; d from the file), no ``clean`` split, and the
-provenance: ``source``, ``source_sha256``, ``columns`` (JSON), ``ingest_config`` (YAML).
+provenance: ``source``, ``source_sha256``, ``columns`` (JSON), ``ingest_config`` (YAML),
+and the scales: ``units`` (``hnnsym.data.units.Units``).
 """
 
 from __future__ import annotations
