@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 TORCH := torch==2.13.0
 
-.PHONY: install test lint format docs demo example-data bench bench-train-time figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum table-chain clean
+.PHONY: install test lint format docs demo example-data bench bench-train-time figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum table-chain real-data clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -246,6 +246,29 @@ table-chain: install
 	$(PY) -m hnnsym.table_chain 'report.runs=$(CHAIN_OUT)*' report.eval_dir=$(CHAIN_EVAL_DIR) \
 	  report.out_dir=$(CHAIN_RESULTS)
 	$(call docs_table,$(CHAIN_RESULTS)/table_chain.md,table_chain,table-chain)
+
+# ---- Real recordings (../shared/data/real/, its README.md) ingested as shipped -------------------
+# Into data/measured/<stem>.h5, in scaled units (ingest.scale=auto). The spring-mass files: a %
+# header naming 2 (4) of their 4 (6) columns, so the names are given; one 29 s (16.5 s) run cut
+# into blocks of <= 64 (24) steps. The IBM double pendulum: 6 pixel columns, no header, 400 fps,
+# positions only (the bobs; the pivot is read, not used), subsampled to 100 fps, blocks of <= 128
+# steps, the last 9 s held out as test.
+REAL_DIR ?= ../shared/data/real
+IBM_NAMES := [x0,y0,x1,y1,x2,y2]
+IBM_UNITS := {time: s, x0: px, y0: px, x1: px, y1: px, x2: px, y2: px}
+real-data: install
+	$(PY) -m hnnsym.ingest ingest.source=$(REAL_DIR)/lipson_real_linear_h_1.txt \
+	  ingest.names=[trial,t,x,v] ingest.trial=trial ingest.positions=[x] ingest.velocities=[v] \
+	  'ingest.units={t: s, x: px, v: px/s}' ingest.max_segment=64 ingest.overwrite=true
+	$(PY) -m hnnsym.ingest ingest.source=$(REAL_DIR)/lipson_real_double_linear_h_1.txt \
+	  ingest.names=[trial,t,x1,x2,v1,v2] ingest.trial=trial ingest.positions=[x1,x2] \
+	  ingest.velocities=[v1,v2] 'ingest.units={t: s, x1: px, x2: px, v1: px/s, v2: px/s}' \
+	  ingest.max_segment=24 ingest.overwrite=true
+	for run in 1 2; do $(PY) -m hnnsym.ingest \
+	  ingest.source=$(REAL_DIR)/ibm_double_pendulum_run$$run.csv ingest.names=$(IBM_NAMES) \
+	  ingest.time=null ingest.dt=0.0025 ingest.every=4 ingest.positions=[x1,y1,x2,y2] \
+	  'ingest.units=$(IBM_UNITS)' ingest.max_segment=128 \
+	  'ingest.split={val: 0.15, test: {time: [36.0, 45.0]}}' ingest.overwrite=true || exit 1; done
 
 clean:
 	rm -rf outputs data/*/ .pytest_cache site

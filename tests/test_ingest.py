@@ -22,6 +22,7 @@ from hnnsym.data.example import pendulum_recording, wrap_angle, write_pendulum_c
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.ingest import Mapping, Options, cut, ingest, ingest_table, read_table
 from hnnsym.data.simulate import simulate
+from hnnsym.data.units import Units
 from hnnsym.errors import DataError, UserError
 from hnnsym.evaluation.measured import learned_energy_along
 from hnnsym.evaluation.stage import evaluate, summary
@@ -140,11 +141,15 @@ def test_segments_end_exactly_at_gaps_and_no_trajectory_crosses_one() -> None:
     # table rows after the drop: 0..29 | 30..67 (frames 32..69) | 68..96 (71..99) | 97..136
     assert [r["rows"] for r in all_records(result)] == [[0, 29], [30, 67], [68, 96], [97, 136]]
     assert [r["steps"] for r in all_records(result)] == [29, 37, 28, 39]
-    assert [r["trajectories"] for r in all_records(result)] == [5, 7, 5, 7]
+    # tiled: ceil(steps / 5) pieces, the last one ending at the segment's end (no lost tail)
+    assert [r["trajectories"] for r in all_records(result)] == [6, 8, 6, 8]
     assert result.obs_dt == pytest.approx(0.1) and result.steps == 5
     for split in result.splits.values():  # q is the frame number: consecutive frames only
         np.testing.assert_array_equal(np.diff(split.observed[..., 0], axis=1), 1.0)
         np.testing.assert_allclose(split.t, 0.1 * np.arange(6))
+    frames = {name: set(s.observed[..., 0].ravel()) for name, s in result.splits.items()}
+    kept = set(table["q"])  # every frame of every segment is in some trajectory
+    assert set().union(*frames.values()) == kept
 
 
 def test_rows_with_empty_cells_are_dropped_as_gaps_and_short_segments_too(tmp_path: Path) -> None:
@@ -248,9 +253,14 @@ def test_finite_difference_velocities_are_second_order() -> None:
         )
         worst = 0.0
         for split, records in zip(r.splits.values(), r.records.values()):
-            for y, rec in zip(split.observed, records):
-                tt = rec["t0"] + dt * np.arange(y.shape[0])
-                worst = max(worst, np.abs(y[:, 1] - 2.0 * np.cos(tt)).max())
+            k = 0
+            for rec in records:  # the segment's trajectories, as cut tiles it
+                tt = rec["t0"] + dt * np.arange(rec["steps"] + 1)
+                want = cut(2.0 * np.cos(tt)[:, None], split.observed.shape[1] - 1)
+                got = split.observed[k : k + rec["trajectories"], :, 1:]
+                worst = max(worst, np.abs(got - want).max())
+                k += rec["trajectories"]
+            assert k == split.observed.shape[0]
         return worst
 
     coarse, fine = error(0.02), error(0.01)
@@ -292,7 +302,10 @@ def test_provenance_attributes_and_no_clean_split(tmp_path: Path, compose_config
     assert f"source: {path}" in attrs["ingest_config"]
     assert "config" not in attrs and "fine_dt" not in attrs  # absent, not None
     data = read_dataset(out, system=MEASURED, dim=1)
-    assert data.attrs["obs_dt"] == pytest.approx(0.1) and data.splits["test"].clean is None
+    units = Units.from_attrs(data.attrs, 1)  # scale=auto (the default): powers of two
+    assert math.log2(units.time) == round(math.log2(units.time))
+    assert data.attrs["obs_dt"] * units.time == pytest.approx(0.1)
+    assert data.splits["test"].clean is None
     segments = json.loads(attrs["segments"])
     assert sum(len(v) for v in segments.values()) == 5
 
