@@ -21,6 +21,7 @@ from hnnsym.config.build import build_model, build_optimizer, build_run_loss, bu
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import read_dataset
+from hnnsym.data.units import Units
 from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
 from hnnsym.ode.gradients import gradient_from_config
@@ -87,6 +88,7 @@ def train(cfg: DictConfig) -> TrainResult:
             f"{stored.get(differ[0])!r}, the config's {system.params[differ[0]]!r}; train with the "
             "system overrides it was generated with"
         )
+    model_periodic(cfg, Units.from_attrs(data.attrs, system.dim).periodic, data_file)
     obs_dt = float(data.attrs["obs_dt"])
     trajectories = torch.as_tensor(
         data.splits["train"].observed[: t.max_train], dtype=dtype, device=device
@@ -131,6 +133,24 @@ def train(cfg: DictConfig) -> TrainResult:
         write_text(run_dir / "config.yaml", OmegaConf.to_yaml(trainer.provenance["config"]))
         state = trainer.fit()
     return TrainResult(state, run_dir, trainer.best_path, trainer.last_path)
+
+
+def model_periodic(cfg: DictConfig, angles: tuple[int, ...], data_file: Path) -> None:
+    """Set ``model.periodic: null`` (the model configs' default) to the positions the data file
+    declares angles (its ``units`` attribute; none without it), so the model sees them through
+    (cos q, sin q) and the checkpoint's model config names them; a list the user gave stays."""
+    if "periodic" not in cfg.model:
+        if angles:
+            print(
+                f"note: {data_file} declares positions {list(angles)} angles, but model "
+                f"{cfg.model.get('name')} takes no model.periodic: it sees them as plain numbers",
+                file=sys.stderr,
+            )
+        return
+    if cfg.model.periodic is None:
+        cfg.model.periodic = list(angles)
+    if cfg.model.periodic:
+        print(f"model.periodic={list(cfg.model.periodic)}: these positions enter as (cos, sin)")
 
 
 def build_trainer(
