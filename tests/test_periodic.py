@@ -205,3 +205,21 @@ def test_the_config_default_null_matches_any_trained_periodic():
     assert same_model(old, {**old, "periodic": []}) and same_model(old, {**old, "periodic": None})
     assert not same_model(old, {**old, "periodic": [0]})
     assert build_model({**ckpt, "periodic": None}, 1).periodic == ()
+
+
+def test_train_shifts_each_trajectorys_angles_by_whole_turns_to_start_near_zero():
+    import numpy as np
+
+    from hnnsym.training.stage import near_zero
+
+    rng = np.random.default_rng(0)
+    observed = rng.standard_normal((5, 7, 4))
+    observed[:, :, 1] += 2 * np.pi * np.array([16, -17, 0, 3, -1])[:, None]
+    observed[:, :, 0] += 100.0
+    out = near_zero(observed, [1])
+    assert np.abs(out[:, 0, 1]).max() <= np.pi
+    turns = (observed[..., 1] - out[..., 1]) / (2 * np.pi)
+    np.testing.assert_allclose(turns, np.broadcast_to(turns[:, :1], turns.shape), atol=1e-12)
+    np.testing.assert_allclose(turns[:, 0], [16, -17, 0, 3, -1], atol=1e-12)  # whole turns
+    assert np.array_equal(out[..., [0, 2, 3]], observed[..., [0, 2, 3]])
+    assert near_zero(observed, []) is observed
