@@ -1,6 +1,7 @@
 """python -m hnnsym.train — learn H_θ from the data file that ``generate`` wrote for these overrides."""
 
 import shlex
+import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -8,6 +9,7 @@ from omegaconf import DictConfig
 
 from hnnsym.cli import exits_cleanly
 from hnnsym.training.stage import train
+from hnnsym.training.trainer import no_improvement_warning
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
@@ -25,6 +27,8 @@ def main(cfg: DictConfig) -> None:
         f"  metrics:     {result.run_dir / 'metrics.csv'}\n"
         f"next: python -m hnnsym.evaluate {shlex.join(overrides)}"
     )
+    if warning := no_improvement_warning(s):
+        print(warning, file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -96,3 +96,22 @@ def test_few_steps_per_epoch_are_said_on_every_progress_line(compose_config, tmp
                              "epoch)]") for line in lines)  # fmt: skip
     fitted(compose_config, tmp_path / "b", "train.batch_size=4", "train.epochs=1")
     assert "optimizer step" not in capsys.readouterr().out  # 4 steps per epoch
+
+
+def test_the_no_improvement_warning_rule():
+    """Warned when the best validation loss is not 1 % below epoch 1's (a best at epoch 1
+    included), after two or more epochs; one line naming what to try."""
+    from hnnsym.training.trainer import TrainState, no_improvement_warning
+
+    def state(vals: list[float]) -> TrainState:
+        best = min(vals)
+        return TrainState(epoch=len(vals), history=[{"val_loss": v} for v in vals],
+                          best_val=best, best_epoch=vals.index(best) + 1)  # fmt: skip
+
+    assert no_improvement_warning(state([2.0])) is None  # one epoch: nothing to compare
+    assert no_improvement_warning(state([2.0, 1.5, 1.0])) is None
+    assert no_improvement_warning(state([2.0, 1.97])) is None
+    for stuck in ([2.0, 2.0, 2.0], [2.0, 2.1, 2.05], [2.0, 1.99]):
+        line = no_improvement_warning(state(stuck))
+        assert line.startswith("warning: the validation loss never improved from 2.0000e+00")
+        assert "\n" not in line and "ingest.scale=auto" in line and "train.lr" in line

@@ -80,8 +80,13 @@ def same_model(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     of a constrained model from before ``system_params`` (the chain's spatial / graph /
     parameter_seed) matches a current one on everything else: both give the chain of the data's
     dim, whose parameters train checks against the data file, and the stages rebuild a trained
-    model from its checkpoint's own config."""
+    model from its checkpoint's own config. ``periodic: null`` matches any ``periodic``."""
     a, b = dict(a), dict(b)
+    # periodic: null (the model configs' default) asks for the data file's angles, which train
+    # writes into the checkpoint's config, so it matches any; a config without the key has none
+    periodic = [a.pop("periodic", []), b.pop("periodic", [])]
+    if None not in periodic and sorted(periodic[0]) != sorted(periodic[1]):
+        return False
     if ("system_params" in a) != ("system_params" in b):
         for key in CONSTRAINT_SOURCE_KEYS:
             a.pop(key, None)

@@ -10,6 +10,7 @@ decrease. ``damping``:
 
 ``damping_on``: ``p`` (R acts on the momenta only, R = diag(0_d, L Lᵀ) with L d×d: ṗ gains
 −R_pp ∂H/∂p, the friction of mechanics, and q̇ = ∂H/∂p stays exact) or ``all`` (L 2d×2d).
+``periodic`` angles enter H_θ and R_θ(z) through (cos q_i, sin q_i) (``HNN``).
 At initialisation L = √damping_init · I (for ``state``: the MLP's last layer is zero and its bias
 gives that L), so R starts at damping_init on its block.
 
@@ -49,8 +50,9 @@ class DissipativeHNN(HNN):
         damping_on: str = "p",
         damping_hidden: Sequence[int] = (16,),
         damping_init: float = 0.01,
+        periodic: Sequence[int] | None = (),
     ):
-        super().__init__(dim, hidden, activation)
+        super().__init__(dim, hidden, activation, periodic)
         if damping not in DAMPING_KINDS:
             raise ValueError(f"damping must be one of {DAMPING_KINDS}, got {damping!r}")
         if damping_on not in DAMPING_ON:
@@ -68,7 +70,7 @@ class DissipativeHNN(HNN):
         if damping == "constant":
             self.damping_factor = nn.Parameter(scale * torch.eye(n))
         else:
-            self.damping_net = mlp(2 * dim, damping_hidden, activation, n_out=len(rows))
+            self.damping_net = mlp(self.inputs.n_out, damping_hidden, activation, n_out=len(rows))
             last = self.damping_net[-1]
             with torch.no_grad():
                 last.weight.zero_()
@@ -81,7 +83,7 @@ class DissipativeHNN(HNN):
             return torch.tril(self.damping_factor)
         if y is None:
             raise ValueError("state-dependent damping needs the states y")
-        entries = self.damping_net(y)
+        entries = self.damping_net(self.inputs(y))
         L = entries.new_zeros(*y.shape[:-1], self.damped, self.damped)
         L[..., self._rows, self._cols] = entries
         return L

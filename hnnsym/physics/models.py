@@ -230,27 +230,133 @@ class MLPLinearization:
         return [*grads, a_dots[-1].sum(0, keepdim=True), None]
 
 
+def periodic_indices(periodic: Sequence[int] | None, dim: int) -> tuple[int, ...]:
+    """The position coordinates (of d = ``dim``) that are angles, sorted, as given by a model's
+    ``periodic`` argument (None: none); ValueError for an index that is not a position."""
+    out = tuple(sorted({int(i) for i in periodic or ()}))
+    if any(not 0 <= i < dim for i in out) or any(int(i) != i for i in periodic or ()):
+        raise ValueError(f"periodic {list(periodic or ())} must name positions 0..{dim - 1}")
+    return out
+
+
+class PeriodicInputs:
+    """The inputs a network sees of x (..., n): x_i itself, or (cos x_i, sin x_i) for the
+    ``periodic`` i, so the network is exactly 2π-periodic in those. The embedded e(x) (..., n + k)
+    is [x_j for j not periodic, cos x_i, sin x_i for the k periodic i]. Identity for none.
+
+    ``pull_back`` is the chain rule for gradients: ∇ₓ = (∂e/∂x)ᵀ ∇ₑ, where ∂cos x_i/∂x_i =
+    −sin x_i and ∂sin x_i/∂x_i = cos x_i; ``tangent`` pushes directions forward, ∂e/∂x · ν;
+    ``curvature`` is the second-order term Σ_k ∂H/∂e_k ∇²e_k, which is diagonal:
+    −cos x_i ∂H/∂(cos x_i) − sin x_i ∂H/∂(sin x_i) at (i, i). All made of differentiable ops."""
+
+    def __init__(self, width: int, periodic: Sequence[int] = ()):
+        self.width, self.periodic = width, tuple(periodic)
+        self.keep = tuple(i for i in range(width) if i not in self.periodic)
+        order = self.keep + self.periodic  # pull_back's columns, back into x's order
+        self.inverse = tuple(order.index(i) for i in range(width))
+
+    @property
+    def n_out(self) -> int:
+        return self.width + len(self.periodic)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if not self.periodic:
+            return x
+        angles = x[..., self.periodic]
+        return torch.cat([x[..., self.keep], torch.cos(angles), torch.sin(angles)], -1)
+
+    def _split(self, g: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        n, k = len(self.keep), len(self.periodic)
+        return g[..., :n], g[..., n : n + k], g[..., n + k :]
+
+    def pull_back(self, x: Tensor, g: Tensor) -> Tensor:
+        """(∂e/∂x)ᵀ g for g (..., n + k) -> (..., n)."""
+        if not self.periodic:
+            return g
+        angles = x[..., self.periodic]
+        kept, g_cos, g_sin = self._split(g)
+        g_angles = torch.cos(angles) * g_sin - torch.sin(angles) * g_cos
+        return torch.cat([kept, g_angles], -1)[..., self.inverse]
+
+    def tangent(self, x: Tensor, nu: Tensor) -> Tensor:
+        """(∂e/∂x) ν for ν (..., n) -> (..., n + k)."""
+        if not self.periodic:
+            return nu
+        angles, nu_angles = x[..., self.periodic], nu[..., self.periodic]
+        return torch.cat(
+            [nu[..., self.keep], -torch.sin(angles) * nu_angles, torch.cos(angles) * nu_angles], -1
+        )
+
+    def jacobian(self, x: Tensor) -> Tensor:
+        """∂e/∂x (M, n + k, n) at x (M, n)."""
+        eye = torch.eye(self.width, dtype=x.dtype, device=x.device)
+        return torch.stack([self.tangent(x, e.expand_as(x)) for e in eye], -1)
+
+    def curvature(self, x: Tensor, g: Tensor) -> Tensor:
+        """Σ_k g_k ∂²e_k/∂x_i² (..., n) for g (..., n + k): the diagonal of Σ_k g_k ∇²e_k."""
+        out = torch.zeros_like(x)
+        if self.periodic:
+            angles = x[..., self.periodic]
+            _, g_cos, g_sin = self._split(g)
+            out[..., self.periodic] = -torch.cos(angles) * g_cos - torch.sin(angles) * g_sin
+        return out
+
+
+class PeriodicLinearization:
+    """``MLPLinearization`` of H(x) = net(e(x)) with e = ``PeriodicInputs``, exactly, by the chain
+    rule: with g = ∇ₑnet and E = ∂e/∂x, ∇²H = Eᵀ ∇ₑ²net E + diag(Σ_k g_k ∂²e_k/∂x_i²), and
+    ∂/∂θ Σ ν·∇H = ∂/∂θ Σ (Eν)·∇ₑnet (E does not depend on θ)."""
+
+    @torch.no_grad()
+    def __init__(self, net: nn.Sequential, inputs: PeriodicInputs, x: Tensor):
+        self.inputs, self.x = inputs, x
+        self.inner = MLPLinearization(net, inputs(x))
+        grad = self.inner.chain[0] @ self.inner.linears[0].weight  # ∇ₑnet (M, n + k)
+        E = inputs.jacobian(x)
+        self.hessian = E.mT @ self.inner.hessian @ E + torch.diag_embed(inputs.curvature(x, grad))
+
+    def kept(self) -> list[Tensor]:
+        return [*self.inner.kept(), self.x, self.hessian]
+
+    @torch.no_grad()
+    def directional_gradient_vjp(self, nu: Tensor) -> list[Tensor | None]:
+        return self.inner.directional_gradient_vjp(self.inputs.tangent(self.x, nu))
+
+
 def has_closed_gradient(net: nn.Sequential) -> bool:
     """Whether ``mlp_gradient`` knows every activation of ``net``."""
     return all(_activation_derivative(m) is not None for m in list(net)[1:-1:2])
 
 
 class HNN(nn.Module):
-    """H_θ(q, p) as one MLP over the whole state (Choudhary et al.: 2d -> 16 -> 32 -> 16 -> 1, tanh)."""
+    """H_θ(q, p) as one MLP over the whole state (Choudhary et al.: 2d -> 16 -> 32 -> 16 -> 1, tanh).
+
+    ``periodic``: the positions that are angles; the MLP sees (cos q_i, sin q_i) in place of q_i
+    (``PeriodicInputs``), so H is exactly 2π-periodic in them."""
 
     separable = False
 
-    def __init__(self, dim: int, hidden: Sequence[int] = (16, 32, 16), activation: str = "tanh"):
+    def __init__(
+        self,
+        dim: int,
+        hidden: Sequence[int] = (16, 32, 16),
+        activation: str = "tanh",
+        periodic: Sequence[int] | None = (),
+    ):
         super().__init__()
         self.dim = dim
-        self.net = mlp(2 * dim, hidden, activation)
+        self.periodic = periodic_indices(periodic, dim)
+        self.inputs = PeriodicInputs(2 * dim, self.periodic)
+        self.net = mlp(self.inputs.n_out, hidden, activation)
 
     def forward(self, y: Tensor) -> Tensor:
-        return self.net(y).squeeze(-1)
+        return self.net(self.inputs(y)).squeeze(-1)
 
     def energy_gradient(self, y: Tensor) -> Tensor | None:
         """∇H(y) (..., 2d) in closed form, or None for an activation without one."""
-        return mlp_gradient(self.net, y) if has_closed_gradient(self.net) else None
+        if not has_closed_gradient(self.net):
+            return None
+        return self.inputs.pull_back(y, mlp_gradient(self.net, self.inputs(y)))
 
     def energy_linearization(self, y: Tensor) -> MLPLinearization | None:
         """∇²H at states y (M, 2d) and the parameter gradient of ν·∇H (in the order of
@@ -260,7 +366,11 @@ class HNN(nn.Module):
         own = next(self.parameters(recurse=False), None) is not None
         if own or [n for n, _ in self.named_children()] != ["net"]:
             return None
-        return MLPLinearization(self.net, y) if has_closed_gradient(self.net) else None
+        if not has_closed_gradient(self.net):
+            return None
+        if self.periodic:
+            return PeriodicLinearization(self.net, self.inputs, y)
+        return MLPLinearization(self.net, y)
 
 
 class SeparableHNN(nn.Module):
@@ -268,6 +378,7 @@ class SeparableHNN(nn.Module):
 
     ``kinetic="mlp"`` learns T with its own MLP; ``kinetic="mass"`` fixes T = |p|^2 / (2m) with a
     learned mass m = exp(log_mass). Separability lets leapfrog and symplectic Euler run explicitly.
+    ``periodic``: the positions that are angles; V's MLP sees (cos q_i, sin q_i) for them.
     """
 
     separable = True
@@ -278,13 +389,16 @@ class SeparableHNN(nn.Module):
         hidden: Sequence[int] = (16, 32, 16),
         activation: str = "tanh",
         kinetic: str = "mlp",
+        periodic: Sequence[int] | None = (),
     ):
         super().__init__()
         if kinetic not in ("mlp", "mass"):
             raise ValueError(f"kinetic must be 'mlp' or 'mass', got {kinetic!r}")
         self.dim = dim
         self.kinetic_kind = kinetic
-        self.potential_net = mlp(dim, hidden, activation)
+        self.periodic = periodic_indices(periodic, dim)
+        self.inputs = PeriodicInputs(dim, self.periodic)
+        self.potential_net = mlp(self.inputs.n_out, hidden, activation)
         if kinetic == "mlp":
             self.kinetic_net = mlp(dim, hidden, activation)
         else:
@@ -296,7 +410,7 @@ class SeparableHNN(nn.Module):
         return 0.5 * (p**2).sum(-1) * torch.exp(-self.log_mass)
 
     def potential(self, q: Tensor) -> Tensor:
-        return self.potential_net(q).squeeze(-1)
+        return self.potential_net(self.inputs(q)).squeeze(-1)
 
     def forward(self, y: Tensor) -> Tensor:
         return self.kinetic(y[..., self.dim :]) + self.potential(y[..., : self.dim])
@@ -312,7 +426,7 @@ class SeparableHNN(nn.Module):
     def potential_grad(self, q: Tensor) -> Tensor:
         """V'(q) in closed form (autograd for an activation without one)."""
         if has_closed_gradient(self.potential_net):
-            return mlp_gradient(self.potential_net, q)
+            return self.inputs.pull_back(q, mlp_gradient(self.potential_net, self.inputs(q)))
         return _autograd_gradient(self.potential, q)
 
     def energy_gradient(self, y: Tensor) -> Tensor:
@@ -336,22 +450,31 @@ class NODE(nn.Module):
     """An unstructured vector field f_θ(y) = MLP(y), 2d -> hidden -> 2d: a neural ODE, no H.
 
     ``forward`` and ``vector_field`` both return f_θ(y) (B, 2d); integrators step it like any other
-    field, but it conserves nothing and has no energy to compare on a grid.
+    field, but it conserves nothing and has no energy to compare on a grid. ``periodic``: the
+    positions that are angles; the MLP sees (cos q_i, sin q_i) for them.
     """
 
     separable = False
     has_hamiltonian = False
 
-    def __init__(self, dim: int, hidden: Sequence[int] = (16, 32, 16), activation: str = "tanh"):
+    def __init__(
+        self,
+        dim: int,
+        hidden: Sequence[int] = (16, 32, 16),
+        activation: str = "tanh",
+        periodic: Sequence[int] | None = (),
+    ):
         super().__init__()
         self.dim = dim
-        self.net = mlp(2 * dim, hidden, activation, n_out=2 * dim)
+        self.periodic = periodic_indices(periodic, dim)
+        self.inputs = PeriodicInputs(2 * dim, self.periodic)
+        self.net = mlp(self.inputs.n_out, hidden, activation, n_out=2 * dim)
 
     def forward(self, y: Tensor) -> Tensor:
-        return self.net(y)
+        return self.net(self.inputs(y))
 
     def vector_field(self, y: Tensor) -> Tensor:
-        return self.net(y)
+        return self.net(self.inputs(y))
 
 
 class Potential(nn.Module):
@@ -363,7 +486,8 @@ class Potential(nn.Module):
     the paper) or "learned" (M = L Lᵀ with L lower triangular, its diagonal exp(·) > 0: positive
     definite by construction, starting at I). ``discrete_gradient`` (gonzalez | avf, with
     ``avf_nodes``) is the ∇̄V that Eq. 12 uses in training and prediction
-    (``hnnsym.ode.lagrangian``).
+    (``hnnsym.ode.lagrangian``). ``periodic``: the positions that are angles; the MLP sees
+    (cos q_i, sin q_i) for them.
 
     Not a Hamiltonian of states (``has_hamiltonian = False``, ``position_only = True``): the
     position schemes, not the integrators of ``hnnsym.ode``, step it. Its energy on states is
@@ -383,6 +507,7 @@ class Potential(nn.Module):
         mass: str = "identity",
         discrete_gradient: str = "gonzalez",
         avf_nodes: int = 4,
+        periodic: Sequence[int] | None = (),
     ):
         super().__init__()
         if init not in ("orthogonal", "default"):
@@ -399,7 +524,9 @@ class Potential(nn.Module):
         self.mass_kind = mass
         self.discrete_gradient = discrete_gradient
         self.avf_nodes = int(avf_nodes)
-        self.net = mlp(dim, hidden, activation)
+        self.periodic = periodic_indices(periodic, dim)
+        self.inputs = PeriodicInputs(dim, self.periodic)
+        self.net = mlp(self.inputs.n_out, hidden, activation)
         if init == "orthogonal":
             for layer in self.net.modules():
                 if isinstance(layer, nn.Linear):
@@ -409,11 +536,13 @@ class Potential(nn.Module):
             self.mass_factor = nn.Parameter(torch.zeros(dim, dim))
 
     def forward(self, q: Tensor) -> Tensor:
-        return self.net(q).squeeze(-1)
+        return self.net(self.inputs(q)).squeeze(-1)
 
     def energy_gradient(self, q: Tensor) -> Tensor | None:
         """∇V(q) (..., d) in closed form, or None for an activation without one."""
-        return mlp_gradient(self.net, q) if has_closed_gradient(self.net) else None
+        if not has_closed_gradient(self.net):
+            return None
+        return self.inputs.pull_back(q, mlp_gradient(self.net, self.inputs(q)))
 
     def mass_matrix(self) -> Tensor:
         """M (d, d), symmetric positive definite, in the parameters' dtype and device."""

@@ -2,6 +2,12 @@
 
 The losses (Choudhary et al.'s rollout loss ``WindowLoss`` and the baselines' ones) are in
 ``hnnsym.training.losses``; the trainer is the same for all of them.
+
+A run that learned nothing says so (``no_improvement_warning``, printed by ``hnnsym.train`` at
+its end): after two or more epochs, its best validation loss is not at least
+``NO_IMPROVEMENT_MARGIN`` (1 %) below the first epoch's (which includes a best at epoch 1). Such a
+run usually sees data in units its network cannot resolve (a validation loss that stays at the
+"no motion" level), a learning rate too large or too small, or too few epochs.
 """
 
 from __future__ import annotations
@@ -46,6 +52,25 @@ class TrainState:
     time_to_best: float = math.nan
     finished: bool = False
     stop_reason: str = ""
+
+
+NO_IMPROVEMENT_MARGIN = 0.01  # a best val loss above (1 − this) × epoch 1's: nothing learned
+
+
+def no_improvement_warning(state: TrainState) -> str | None:
+    """The one-line ``warning:`` of a run whose validation loss never improved by
+    ``NO_IMPROVEMENT_MARGIN`` on its first epoch's (see the module docstring), else None."""
+    if len(state.history) < 2:
+        return None
+    first = float(state.history[0]["val_loss"])
+    if state.best_val < (1 - NO_IMPROVEMENT_MARGIN) * first:
+        return None
+    return (
+        f"warning: the validation loss never improved from {first:.4e} (epoch 1; best "
+        f"{state.best_val:.4e} at epoch {state.best_epoch} of {state.epoch}): the model learned "
+        "nothing; try ingest's scaling (ingest.scale=auto), a smaller train.lr, more "
+        "train.epochs, or check the data"
+    )
 
 
 @dataclass
