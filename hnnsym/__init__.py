@@ -1,10 +1,9 @@
 """hnnsym: learning Hamiltonians through fully symplectic, implicit integrators."""
 
-__version__ = "0.1.0"
-
-from hnnsym.ode.fixed_grid import odeint  # noqa: E402
-from hnnsym.ode.running import RunningLoss, StepLoss  # noqa: E402
-from hnnsym.ode.solve import LossSolution, Solution, integrate, solve, solve_loss  # noqa: E402
+from hnnsym.ode.fixed_grid import odeint
+from hnnsym.ode.running import RunningLoss, StepLoss
+from hnnsym.ode.solve import LossSolution, Solution, integrate, solve, solve_loss
+from hnnsym.version import __version__
 
 __all__ = [
     "LossSolution",

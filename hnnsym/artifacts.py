@@ -20,8 +20,8 @@ import h5py
 import numpy
 import torch
 
-import hnnsym
 from hnnsym.errors import UserError
+from hnnsym.version import __version__
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -163,7 +163,7 @@ def mark_output_dir(directory: str | os.PathLike, stage: str, what: str = "") ->
     directory = writable_dir(directory, what or f"the {stage} output directory")
     marker = directory / OUTPUT_MARKER
     if not marker.exists():
-        write_text(marker, f"written by hnnsym {hnnsym.__version__} ({stage}); do not remove\n")
+        write_text(marker, f"written by hnnsym {__version__} ({stage}); do not remove\n")
     return directory
 
 
@@ -207,7 +207,7 @@ def sha256(path: str | os.PathLike) -> str:
 def versions() -> dict[str, str]:
     """Versions of the package and the libraries whose behaviour shapes the numbers."""
     return {
-        "hnnsym": hnnsym.__version__,
+        "hnnsym": __version__,
         "torch": torch.__version__,
         "numpy": numpy.__version__,
         "h5py": h5py.__version__,

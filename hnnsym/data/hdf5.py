@@ -38,11 +38,11 @@ from typing import Any
 import h5py
 import numpy as np
 
-import hnnsym
 from hnnsym.artifacts import now_utc, versions, write_bytes
 from hnnsym.errors import DataError
 from hnnsym.physics.systems import MEASURED, SYSTEMS
 from hnnsym.resources import check_memory
+from hnnsym.version import __version__
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "val", "test")
@@ -120,7 +120,7 @@ def write_dataset(
     if missing:
         raise ValueError(f"write_dataset: missing root attrs {missing}")
     root = {
-        "hnnsym_version": hnnsym.__version__,
+        "hnnsym_version": __version__,
         "versions": versions(),
         "created": now_utc(),
         **attrs,
