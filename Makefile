@@ -16,14 +16,15 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The table(s) of a generated Markdown file into docs/papers/tables/<name>.md (committed), which the
+# The table(s) of a generated Markdown file into $(DOCS_TABLES)/<name>.md (committed), which the
 # results pages include (pymdownx.snippets, docs/papers/*.md): its pipe tables and their **captions**,
 # not its title, notes or column help. $(1): the generated file, $(2): <name>, $(3): the make target.
+DOCS_TABLES ?= docs/papers/tables
 define docs_table
-	mkdir -p docs/papers/tables
+	mkdir -p $(DOCS_TABLES)
 	{ echo '<!-- written by make $(3) from $(1); replaced on its next run -->'; echo; \
 	  awk '/^\|/ {print; t = 1; next} t {print ""; t = 0} /^\*\*.*\*\*$$/ {print; print ""}' $(1); \
-	} > docs/papers/tables/$(2).md
+	} > $(DOCS_TABLES)/$(2).md
 endef
 
 test: install

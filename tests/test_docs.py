@@ -75,7 +75,8 @@ def test_table_target_copies_its_table_into_the_docs(target):
 def test_the_copy_macro_writes_into_docs_papers_tables():
     text = (REPO / "Makefile").read_text(encoding="utf-8")
     macro = re.search(r"^define docs_table\n(.*?)^endef", text, re.M | re.S)
-    assert macro and f"> {TABLES}/$(2).md" in macro.group(1)
+    assert macro and "> $(DOCS_TABLES)/$(2).md" in macro.group(1)
+    assert re.search(rf"^DOCS_TABLES \?= {re.escape(TABLES)}$", text, re.M)
 
 
 @pytest.mark.parametrize("target, via", sorted(VIA.items()))

@@ -166,7 +166,8 @@ def test_make_table_chain_reads_the_runs_below_the_prefix(chain_grid, tmp_path):
     read from eval/ at the 3 s test trajectories, eval_3s/ with longer ones."""
     out = tmp_path / "results"
     make = ["make", "-o", "install", "table-chain", f"PY={sys.executable}",
-            f"CHAIN_OUT={tmp_path}/ru", f"CHAIN_RESULTS={out}"]  # fmt: skip
+            f"CHAIN_OUT={tmp_path}/ru", f"CHAIN_RESULTS={out}",
+            f"DOCS_TABLES={tmp_path}/docs"]  # fmt: skip
     proc = subprocess.run(make, capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert "report.eval_dir=eval " in proc.stdout
@@ -176,6 +177,7 @@ def test_make_table_chain_reads_the_runs_below_the_prefix(chain_grid, tmp_path):
     )
     assert proc.returncode == 0 and "report.eval_dir=eval_3s " in proc.stdout, proc.stderr
     assert set(pd.read_csv(out / "table_chain.csv")["n"]) == {0}  # no eval_3s/ in these runs
+    assert (tmp_path / "docs" / "table_chain.md").read_text().count("| chain_pendulum") == 20
 
 
 def test_markdown_escapes_the_pipe_of_max_phi():
