@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 TORCH := torch==2.13.0
 
-.PHONY: install test lint format docs demo example-data bench bench-train-time figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum table-chain real-data clean
+.PHONY: install test test-slurm lint format docs demo example-data bench bench-train-time figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum table-chain real-data clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,7 +28,12 @@ define docs_table
 endef
 
 test: install
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slurm"
+
+# Sweeps on a real single-node Slurm that the tests bring up (.ci/slurm-up.sh: root, apt-get);
+# skipped with the reason where it cannot be started. A few minutes.
+test-slurm: install
+	$(PY) -m pytest -q -m slurm tests/test_slurm.py
 
 # The documentation site (mkdocs.yml, docs/) into site/; --strict: any warning (a broken link, a
 # docstring cross-reference that does not resolve) fails the build. Needs no network but PyPI.

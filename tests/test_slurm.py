@@ -18,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 STATE = Path(os.environ.get("SLURM_STATE", "/tmp/hnnsym-slurm-test"))
 pytest.importorskip("submitit", reason="pip install -e '.[sweeps]'")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 TINY_DATA = ["generate.n_train=32", "generate.n_val=8", "generate.n_test=4",
              "generate.test_steps=20", "generate.train_steps=8"]  # fmt: skip
