@@ -1,0 +1,200 @@
+"""One table of the models learned on real recordings against the baselines and the physical fit.
+
+Reads every ``<runs>/**/eval/metrics.json`` (runs of ``python -m hnnsym.evaluate`` on files of
+``python -m hnnsym.ingest``) and the physical fits of ``benchmarks/real_physical_fit.py``; groups
+the runs by recording (the data file's stem) and model (its name, plus a label given by the run
+dir's parent when runs of one model differ), and writes, per recording and horizon h of
+``eval.horizons``, the rollout MSE (recording units, the test windows of ``evaluate``):
+
+    model rows      the mean over seeds, and each seed's value
+    baselines       no_motion, constant_velocity, linear (from the runs' metrics.json: the same
+                    for every run of a recording, checked)
+    physical        the fitted damped (coupled) oscillator, where one applies
+
+and the ratios of the h = main-horizon MSE to the physical fit and to the linear fit.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/real_table.py --runs outputs/real
+    -> outputs/bench/real/real_table.{csv,md}
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from hnnsym.artifacts import now_utc, write_text
+
+BASELINES = ("no_motion", "constant_velocity", "linear")
+
+
+def load_runs(root: Path) -> dict[str, dict[str, list[dict]]]:
+    """{recording: {model label: [metrics, …] sorted by seed}}."""
+    out: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for path in sorted(root.glob("**/eval/metrics.json")):
+        m = json.loads(path.read_text())
+        if m.get("system", {}).get("name") != "measured" or "main_horizon" not in m:
+            continue
+        recording = Path(m["data"]["file"]).stem
+        model = m["model_config"].get("name", "?")
+        seed = m["config"].get("seed") if isinstance(m.get("config"), dict) else None
+        m["_seed"], m["_run"] = seed, str(path.parent.parent)
+        out[recording][model].append(m)
+    for models in out.values():
+        for runs in models.values():
+            runs.sort(key=lambda m: (m["_seed"] is None, m["_seed"]))
+    return out
+
+
+def load_physical(path: Path | None) -> dict[str, dict]:
+    if path is None or not path.exists():
+        return {}
+    results = json.loads(path.read_text())["results"]
+    return {r["name"]: r for r in results if "skipped" not in r}
+
+
+def fmt(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:.4g}"
+
+
+def make_row(
+    base: dict, ref: dict, phys: dict | None, predictor: str, seeds: str, by_h: dict, kind: str
+) -> dict:
+    """A table row: the MSE at each horizon and the ratios at the longest to the physical fit
+    (``phys``, None where none applies) and to the linear baseline."""
+    hs = base["horizons"]
+    H = hs[-1]
+    r = {**base, "predictor": predictor, "kind": kind, "seeds": seeds}
+    r |= {f"mse_h{h}": by_h.get(h) for h in hs}
+    r["ratio_physical"] = by_h[H] / phys[f"mse_h{H}"] if phys else None
+    r["ratio_linear"] = by_h[H] / ref["linear"][H] if ref["linear"][H] else None
+    return r
+
+
+def rows(runs: dict, physical: dict) -> list[dict]:
+    """One row per recording × predictor with its MSE at each horizon."""
+    out = []
+    for recording in sorted(set(runs) | set(physical)):
+        models = runs.get(recording, {})
+        first = next((ms[0] for ms in models.values()), None)
+        phys = physical.get(recording)
+        hs = first["horizons"] if first else phys["horizons"]
+        H = hs[-1]
+        windows = first["windows"] if first else phys["windows"]
+        ref = {}
+        for b in BASELINES:  # from the runs (all must agree), else from the physical fit file
+            src = first if first else phys
+            ref[b] = {h: src.get(f"mse_h{h}_{b}") for h in hs}
+            for ms in models.values():
+                for m in ms:
+                    same = all(math.isclose(m[f"mse_h{h}_{b}"], ref[b][h], rel_tol=1e-6)
+                               for h in hs)  # fmt: skip
+                    if not same:
+                        raise SystemExit(f"{m['_run']}: baseline {b} differs from the other runs "
+                                         f"of {recording} (other test windows?)")  # fmt: skip
+        phys_h = phys and phys.get("horizons") == hs and phys.get("windows") == windows
+        base = {"recording": recording, "windows": windows, "horizons": hs}
+        phys_h = phys if phys_h else None
+
+        for model, ms in sorted(models.items()):
+            mean = {h: sum(m[f"mse_h{h}"] for m in ms) / len(ms) for h in hs}
+            r = make_row(
+                base,
+                ref,
+                phys_h,
+                model,
+                ",".join(str(m["_seed"]) for m in ms),
+                mean,
+                "model (mean)",
+            )
+            r["per_seed"] = [m[f"mse_h{H}"] for m in ms]
+            r["warnings"] = sum(bool(m.get("warning")) for m in ms)
+            out.append(r)
+        if phys_h:
+            out.append(
+                make_row(
+                    base,
+                    ref,
+                    phys_h,
+                    "physical fit",
+                    "",
+                    {h: phys[f"mse_h{h}"] for h in hs},
+                    "physical",
+                )
+            )
+        for b in BASELINES:
+            out.append(make_row(base, ref, phys_h, b, "", ref[b], "baseline"))
+    return out
+
+
+def markdown(table: list[dict], runs_root: Path, physical: Path | None) -> str:
+    lines = [
+        "# Models on real recordings against baselines and the physical fit",
+        "",
+        f"Written {now_utc()} by `benchmarks/real_table.py` from `{runs_root}/**/eval/metrics.json`"
+        + (f" and `{physical}`" if physical else "") + ". MSE of rollouts from observed test "
+        "states over steps 1..h and state components, in the recording's units, on the test "
+        "windows of `python -m hnnsym.evaluate` (non-overlapping, of the longest horizon); model "
+        "rows: mean over the seeds, and each seed's value at the longest horizon.",
+        "",
+    ]  # fmt: skip
+    by_rec: dict[str, list[dict]] = defaultdict(list)
+    for r in table:
+        by_rec[r["recording"]].append(r)
+    for recording, rs in by_rec.items():
+        hs = rs[0]["horizons"]
+        H = hs[-1]
+        lines += [
+            f"**{recording}** ({rs[0]['windows']} test windows of {H} steps)",
+            "",
+            "| predictor | seeds | " + " | ".join(f"MSE h={h}" for h in hs)
+            + f" | ÷ physical (h={H}) | ÷ linear (h={H}) | per seed (h={H}) |",
+            "|---|---|" + "---|" * len(hs) + "---|---|---|",
+        ]  # fmt: skip
+        for r in rs:
+            seeds = r["seeds"] or "–"
+            per = ", ".join(fmt(x) for x in r.get("per_seed", [])) or "–"
+            name = f"**{r['predictor']}**" if r["kind"] == "physical" else r["predictor"]
+            lines.append(f"| {name} | {seeds} | " + " | ".join(fmt(r[f"mse_h{h}"]) for h in hs)
+                         + f" | {fmt(r['ratio_physical'])} | {fmt(r['ratio_linear'])} | {per} |")  # fmt: skip
+        lines.append("")
+    return "\n".join(lines)
+
+
+def to_csv(table: list[dict]) -> str:
+    hs = sorted({h for r in table for h in r["horizons"]})
+    cols = ["recording", "windows", "predictor", "kind", "seeds",
+            *(f"mse_h{h}" for h in hs), "ratio_physical", "ratio_linear", "per_seed"]  # fmt: skip
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, cols, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in table:
+        w.writerow({**r, "per_seed": ";".join(f"{x:.6g}" for x in r.get("per_seed", []))})
+    return buf.getvalue()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=Path, default=Path("outputs/real"))
+    ap.add_argument("--physical", type=Path, default=Path("outputs/bench/real/physical_fit.json"))
+    ap.add_argument("--out", type=Path, default=Path("outputs/bench/real"))
+    args = ap.parse_args()
+    physical = args.physical if args.physical.exists() else None
+    table = rows(load_runs(args.runs), load_physical(physical))
+    if not table:
+        raise SystemExit(f"no evaluated runs of recordings under {args.runs}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_text(args.out / "real_table.csv", to_csv(table))
+    text = markdown(table, args.runs, physical)
+    write_text(args.out / "real_table.md", text)
+    print(text, end="")
+
+
+if __name__ == "__main__":
+    main()
