@@ -275,8 +275,7 @@ REAL_OUT ?= outputs/real
 REAL_SEEDS ?= 0 1 2
 REAL_MODELS ?= dissipative_hnn
 # the recipe of the oscillator (benchmarks: docs/guide/recordings.md), and of the coupled ones
-REAL_RECIPE ?= train.batch_size=4 train.lr=0.001 train.epochs=400 train.window=12 \
-  train.val_window=12 train.plateau.patience=10 train.early_stop.patience=40
+REAL_RECIPE ?= experiment=recording
 REAL_RECIPE2 ?= train.batch_size=4 train.lr=0.01 train.epochs=300 train.window=6 \
   train.val_window=12 train.plateau.patience=10 train.early_stop.patience=40
 # $(1): a recording's stem, $(2): its recipe: train and evaluate each model and seed
