@@ -24,7 +24,8 @@ def exits_cleanly(main: Callable) -> Callable:
     Ctrl-C (KeyboardInterrupt) becomes ``interrupted`` and exit 130 (artifacts are written
     atomically, so an interrupted stage leaves none half-written; in a multirun the exit stops
     the sweep). In a multirun an error is raised instead, so that the job fails (a Slurm job
-    exits non-zero) and the sweep's summary names it (``hnnsym.sweeps``). Set HYDRA_FULL_ERROR=1 or HNNSYM_DEBUG=1 to get the traceback instead.
+    exits non-zero) and the sweep's summary names it (``hnnsym.sweeps``). Set
+    HYDRA_FULL_ERROR=1 or HNNSYM_DEBUG=1 to get the traceback instead.
     """
 
     @functools.wraps(main)
@@ -32,14 +33,14 @@ def exits_cleanly(main: Callable) -> Callable:
         try:
             return main(*args, **kwargs)
         except (UserError, ConvergenceError) as err:
-            if _debug():
+            if debug():
                 raise
             if _in_multirun():
-                raise  # the job fails; hnnsym.sweeps.CollectingSweeper sums up every failed job at the end
+                raise  # the job fails; hnnsym.sweeps.CollectingSweeper sums up the failed jobs
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
         except KeyboardInterrupt as interrupt:  # the one Ctrl-C handler of every stage
-            if _debug():
+            if debug():
                 raise
             said = f"; {interrupt}" if str(interrupt) else ""
             print(f"\ninterrupted{said}", file=sys.stderr)
@@ -48,18 +49,15 @@ def exits_cleanly(main: Callable) -> Callable:
     return wrapped
 
 
-def _debug() -> bool:
-    return debug()
-
-
 def _in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 class StageCallback(Callback):
-    """Registered in hnnsym/conf/hydra/default.yaml. Before Hydra makes the run directory, check that it
-    can be written (Hydra's own mkdir would fail with a traceback); after a multirun, print the
-    failed jobs that ``hnnsym.sweeps.CollectingSweeper`` collected, one line each, and exit 2."""
+    """Registered in hnnsym/conf/hydra/default.yaml. Before Hydra makes the run directory, check
+    that it can be written (Hydra's own mkdir would fail with a traceback); after a multirun,
+    print the failed jobs that ``hnnsym.sweeps.CollectingSweeper`` collected, one line each, and
+    exit 2."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         directory = OmegaConf.select(config, "hydra.run.dir", default=None)
