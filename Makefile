@@ -268,6 +268,7 @@ table-chain: install
 # outputs/bench/real/real_table.{csv,md} (docs/guide/recordings.md, "Results on real recordings").
 # Wall time: about 5 min on 2 CPU cores (278 s measured, beside a test run), most of it the 6
 # oscillator runs (40-60 s each).
+# the folder holding the four recordings (REAL_DIR=<folder>)
 REAL_DIR ?= ../shared/data/real
 IBM_NAMES := [x0,y0,x1,y1,x2,y2]
 IBM_UNITS := {time: s, x0: px, y0: px, x1: px, y1: px, x2: px, y2: px}
