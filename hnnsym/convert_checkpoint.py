@@ -19,12 +19,11 @@ import torch
 
 from hnnsym.artifacts import atomic_path
 from hnnsym.cli import exits_cleanly
-from hnnsym.errors import UserError
+from hnnsym.errors import UserError, first_line
 from hnnsym.training.checkpoints import (
     CHECKSUM,
     UnsafeCheckpointError,
     check_finite,
-    first_line,
     load_checkpoint,
     plain,
     save_checkpoint,

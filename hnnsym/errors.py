@@ -26,10 +26,18 @@ class ConvergenceError(RuntimeError):
     """A fixed-point iteration stopped at ``max_iter`` with its change still above ``tol``."""
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message (torch's and h5py's run to many), for a one-line
+    error; the error's type when it has no message."""
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
 __all__ = [
     "ConvergenceError",
     "DataError",
     "FixedPointOverflowError",
     "IncompatibleError",
     "UserError",
+    "first_line",
 ]

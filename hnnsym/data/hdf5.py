@@ -39,7 +39,7 @@ import h5py
 import numpy as np
 
 from hnnsym.artifacts import now_utc, versions, write_bytes
-from hnnsym.errors import DataError
+from hnnsym.errors import DataError, first_line
 from hnnsym.physics.systems import MEASURED, SYSTEMS
 from hnnsym.resources import check_memory
 from hnnsym.version import __version__
@@ -274,7 +274,7 @@ def read_dataset(
             }
     except OSError as err:
         raise DataError(
-            f"{path} is not a readable HDF5 file, or is truncated or corrupt ({_first_line(err)}); "
+            f"{path} is not a readable HDF5 file, or is truncated or corrupt ({first_line(err)}); "
             f"regenerate it: `{command} generate.overwrite=true` (or write your file again)"
         ) from err
     for key, default in OPTIONAL_ATTRS.items():
@@ -297,10 +297,6 @@ def _what_to_do(attrs: Any, command: str, own: str = "") -> str:
     return own or f"see {SCHEMA_DOC} for what a data file must contain"
 
 
-def _first_line(err: Exception) -> str:
-    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-
-
 def _decode_attrs(path: Path, raw: Any, command: str) -> dict:
     attrs = {}
     for key, value in raw.items():
@@ -308,7 +304,7 @@ def _decode_attrs(path: Path, raw: Any, command: str) -> dict:
             attrs[key] = _decode_attr(key, value)
         except ValueError as err:  # a JSON attribute that is not JSON
             raise DataError(
-                f"{path}: attribute {key} is not valid JSON ({_first_line(err)}); "
+                f"{path}: attribute {key} is not valid JSON ({first_line(err)}); "
                 + _what_to_do(raw, command, f"store it as a JSON string ({SCHEMA_DOC})")
             ) from err
         if key in JSON_ATTRS and not isinstance(attrs[key], dict):

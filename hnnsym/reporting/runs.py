@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
-from hnnsym.errors import UserError
+from hnnsym.errors import UserError, first_line
 
 RUN_CONFIG = "config.yaml"
 TRAIN_METRICS = "metrics.csv"
@@ -153,7 +153,7 @@ def load_run(run_dir: Path, eval_dir: str = "eval") -> tuple[dict, dict, dict]:
     try:
         config = OmegaConf.to_container(OmegaConf.load(run_dir / RUN_CONFIG), resolve=False)
     except Exception as err:  # YAML and OmegaConf raise many kinds
-        raise ValueError(f"cannot read {run_dir / RUN_CONFIG}: {_first_line(err)}") from err
+        raise ValueError(f"cannot read {run_dir / RUN_CONFIG}: {first_line(err)}") from err
     flat, results = flatten(config), {}
 
     def status(name: str, note: str = "") -> tuple[dict, dict, dict]:
@@ -164,7 +164,7 @@ def load_run(run_dir: Path, eval_dir: str = "eval") -> tuple[dict, dict, dict]:
     except FileNotFoundError:
         return status("no metrics", "training has not finished an epoch")
     except (ValueError, KeyError, pd.errors.ParserError) as err:  # EmptyDataError is a ValueError
-        return status("no metrics", f"{TRAIN_METRICS}: {_first_line(err)}")
+        return status("no metrics", f"{TRAIN_METRICS}: {first_line(err)}")
     eval_path = run_dir / eval_dir / EVAL_METRICS_FILE
     shown = f"{eval_dir}/{EVAL_METRICS_FILE}"
     if not eval_path.exists():
@@ -180,7 +180,7 @@ def load_run(run_dir: Path, eval_dir: str = "eval") -> tuple[dict, dict, dict]:
         if not isinstance(metrics, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as err:
-        return status("no eval", f"{shown}: {_first_line(err)}")
+        return status("no eval", f"{shown}: {first_line(err)}")
     for key, value in metrics.items():
         if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
             results[key] = math.nan if value is None else float(value)
@@ -275,11 +275,6 @@ def _hydra_value(value: object) -> str:
 
 
 _BARE = re.compile(r"[A-Za-z0-9_./+-]+")
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def load_runs(patterns: str | Iterable[str], eval_dir: str = "eval") -> RunSet:

@@ -27,7 +27,7 @@ import numpy
 import torch
 
 from hnnsym.artifacts import now_utc, sha256, versions, write_bytes
-from hnnsym.errors import UserError
+from hnnsym.errors import UserError, first_line
 
 CHECKSUM = "sha256"  # the payload key of the checksum of the rest of the payload
 CONVERT = "python -m hnnsym.convert_checkpoint"
@@ -190,12 +190,6 @@ def _tensors(value: Any, where: str) -> Iterator[tuple[str, torch.Tensor]]:
     elif isinstance(value, list):
         for i, item in enumerate(value):
             yield from _tensors(item, f"{where}[{i}]")
-
-
-def first_line(err: BaseException) -> str:
-    """The first line of an error's message (torch's run to many), for a one-line error."""
-    lines = str(err).strip().splitlines()
-    return lines[0] if lines else type(err).__name__
 
 
 def trained_options(payload: dict) -> dict:
