@@ -39,6 +39,7 @@ def atomic_path(path: str | os.PathLike, replace: bool = True) -> Iterator[Path]
     """
     path = Path(path)
     tmp_path: Path | None = None
+    taken: FileExistsError | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -51,14 +52,17 @@ def atomic_path(path: str | os.PathLike, replace: bool = True) -> Iterator[Path]
         if replace:
             os.replace(tmp_path, path)
         else:
-            os.link(tmp_path, path)
-    except FileExistsError:
-        raise
+            try:
+                os.link(tmp_path, path)
+            except FileExistsError as err:  # published meanwhile: the caller's to report
+                taken = err
     except OSError as err:
         raise write_error(path, err) from err
     finally:
         if tmp_path is not None:
             tmp_path.unlink(missing_ok=True)
+    if taken is not None:
+        raise taken
 
 
 def write_error(path: str | os.PathLike, err: OSError) -> UserError:
@@ -72,27 +76,20 @@ def write_error(path: str | os.PathLike, err: OSError) -> UserError:
 def write_bytes(path: str | os.PathLike, data: bytes, replace: bool = True) -> None:
     """Write ``data`` to ``path`` atomically, after checking that the file system has room for it
     (so a full disk is refused before a byte is written, and caught if it fills meanwhile)."""
-    path = Path(path)
-    writable_dir(path.parent, f"the directory of {path}")
-    free = shutil.disk_usage(path.parent).free
-    if len(data) > free:
-        raise UserError(
-            f"cannot write {path}: it needs {len(data) / 2**20:.1f} MiB and the file system has "
-            f"{free / 2**20:.1f} MiB free; free some space or write elsewhere"
-        )
     with atomic_path(path, replace=replace) as tmp:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
+        free = shutil.disk_usage(tmp.parent).free
+        if len(data) > free:
+            raise UserError(
+                f"cannot write {path}: it needs {len(data) / 2**20:.1f} MiB and the file system "
+                f"has {free / 2**20:.1f} MiB free; free some space or write elsewhere"
+            )
+        tmp.write_bytes(data)
 
 
 def writable_dir(directory: str | os.PathLike, what: str) -> Path:
     """Create ``directory`` (and its parents) and check that a file can be made in it, before any
     work is done; UserError naming ``what`` (e.g. "run_dir") otherwise, or for an empty path."""
-    if not str(directory).strip():
-        raise UserError(f"{what} is empty; give a directory")
-    directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise UserError(f"cannot write to {what} {directory}: it is a file, not a directory")
+    directory = creatable_dir(directory, what)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".hnnsym-probe.", dir=directory)
