@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hnnsym.ode.solve import integrate
-from hnnsym.physics.lagrangian_models import LagrangianModel
+from hnnsym.physics.lagrangian_models import LagrangianModel, observed_rollout
 
 M1, M2, L1, L2, G = 1.0, 0.7, 1.0, 0.8, 9.81
 
@@ -133,3 +133,57 @@ def test_refusals() -> None:
         LagrangianModel(2, damping="viscous")
     with pytest.raises(ValueError, match="mass_eps"):
         LagrangianModel(2, mass_eps=0.0)
+
+
+def damped_windows(n=16, steps=10, h=0.05):
+    """(q, q̇) windows (steps+1, n, 2) each of the point-mass double pendulum with friction
+    R = diag(0.2, 0.1), from scipy (solve_ivp, tight tolerances) at random starts."""
+    from scipy.integrate import solve_ivp
+
+    friction = np.diag([0.2, 0.1])
+
+    def rhs(_t, y):
+        qdot = y[2:]
+        m = np.array([[(M1 + M2) * L1**2, M2 * L1 * L2 * math.cos(y[0] - y[1])],
+                      [M2 * L1 * L2 * math.cos(y[0] - y[1]), M2 * L2**2]])  # fmt: skip
+        acc = analytic_accel(*y)
+        acc = np.linalg.solve(m, m @ np.array(acc) - friction @ qdot)
+        return [*qdot, *acc]
+
+    rng = np.random.default_rng(1)
+    t = np.arange(steps + 1) * h
+    runs = [solve_ivp(rhs, (0, t[-1]), [*rng.uniform(-1.5, 1.5, 2), *rng.normal(0, 1, 2)],
+                      t_eval=t, method="DOP853", rtol=1e-11, atol=1e-11).y.T for _ in range(n)]  # fmt: skip
+    obs = torch.as_tensor(np.stack(runs, 1))  # (steps+1, n, 4)
+    return obs[..., :2], obs[..., 2:], h
+
+
+def test_it_trains_on_observed_windows_with_exact_gradients() -> None:
+    q, qdot, h = damped_windows()
+    torch.manual_seed(0)
+    model = LagrangianModel(2, hidden=(16, 16), periodic=(0, 1)).double()
+
+    def loss(gradient: str) -> torch.Tensor:
+        pq, pv = observed_rollout(model, q[0], qdot[0], h, q.shape[0] - 1, gradient=gradient)
+        return ((pq - q) ** 2).mean() + ((pv - qdot) ** 2).mean()
+
+    # the symplectic adjoint's gradient through to_state, the solve and to_observation is
+    # backprop's to rounding (V's output bias moves nothing: no gradient for it in either)
+    params = list(model.parameters())
+    exact = torch.autograd.grad(loss("backprop"), params, allow_unused=True)
+    adjoint = torch.autograd.grad(loss("symplectic_adjoint"), params, allow_unused=True)
+    assert [g is None for g in exact] == [g is None for g in adjoint]
+    assert sum(g is None for g in exact) == 1
+    for a, b in zip(adjoint, exact):
+        if b is not None:
+            torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-10)
+
+    opt = torch.optim.Adam(params, lr=0.01)
+    with torch.no_grad():
+        first = float(loss("symplectic_adjoint"))
+    for _ in range(60):
+        opt.zero_grad()
+        value = loss("symplectic_adjoint")
+        value.backward()
+        opt.step()
+    assert float(value) < 0.05 * first  # measured: 4.8 -> 0.12 after 50 steps

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from torch.nn.functional import softplus
 
 from hnnsym.ode.dynamics import dissipative_field, hamiltonian_gradient
+from hnnsym.ode.solve import integrate
 from hnnsym.physics.models import PeriodicInputs, mlp, periodic_indices
 
 DAMPING_KINDS = ("none", "constant", "state")
@@ -141,3 +142,20 @@ class LagrangianModel(nn.Module):
     def vector_field(self, y: Tensor) -> Tensor:
         """ẏ = (q̇, ṗ) = (∂H/∂p, −∂H/∂q − R_θ(q) ∂H/∂p) (..., 2d)."""
         return dissipative_field(hamiltonian_gradient(self, y), self.damping_matrix(y))
+
+
+def observed_rollout(
+    model: LagrangianModel,
+    q0: Tensor,
+    qdot0: Tensor,
+    h: float,
+    steps: int,
+    integrator: str = "implicit_midpoint",
+    gradient: str = "symplectic_adjoint",
+) -> tuple[Tensor, Tensor]:
+    """Positions and velocities (steps+1, B, d) each from observations (q₀, q̇₀) (B, d): the start
+    mapped to (q, p) by ``to_state``, integrated (``hnnsym.ode.solve.integrate``), mapped back by
+    ``to_observation``. Differentiable in the model's parameters through all three (the
+    integration by ``gradient``), so a loss over (q, q̇) windows of a recording trains it."""
+    ys = integrate(model, model.to_state(q0, qdot0), h, steps, integrator, gradient)
+    return model.to_observation(ys)
