@@ -186,4 +186,4 @@ def test_it_trains_on_observed_windows_with_exact_gradients() -> None:
         value = loss("symplectic_adjoint")
         value.backward()
         opt.step()
-    assert float(value) < 0.05 * first  # measured: 4.8 -> 0.12 after 50 steps
+    assert float(value.detach()) < 0.05 * first  # measured: 4.8 -> 0.08 after 60 steps
