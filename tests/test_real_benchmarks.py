@@ -78,3 +78,58 @@ def test_the_physical_fit_recovers_a_damped_oscillator(tmp_path, compose_config)
     assert [r["predictor"] for r in rows] == ["dissipative_hnn", "physical fit", "no_motion",
                                               "constant_velocity", "linear"]  # fmt: skip
     assert "| dissipative_hnn | 0 |" in table.markdown(rows, tmp_path / "runs", None)
+
+
+def double_pendulum_file(path: Path, params, pivot=(1000.0, 1200.0), arms=(600.0, 460.0),
+                         seconds=24.0, fps=400) -> Path:  # fmt: skip
+    """A damped compound double pendulum integrated by scipy (solve_ivp, tight tolerances) from
+    its equations written out here, filmed as the IBM files are: rows of integer pixels
+    x_pivot, y_pivot, x_bob1, y_bob1, x_bob2, y_bob2, no header, ``fps`` frames per second."""
+    from scipy.integrate import solve_ivp
+
+    beta, gamma, delta, eps, phi, c1, c2 = params
+
+    def rhs(_t, y):
+        t1, t2, w1, w2 = y
+        c, s = math.cos(t1 - t2), math.sin(t1 - t2)
+        m = np.array([[1.0, beta * c], [beta * c, gamma]])
+        f = np.array([-beta * s * w2**2 - delta * math.sin(t1 - phi) - c1 * w1 + c2 * (w2 - w1),
+                      beta * s * w1**2 - eps * math.sin(t2 - phi) - c2 * (w2 - w1)])  # fmt: skip
+        return [w1, w2, *np.linalg.solve(m, f)]
+
+    t = np.arange(int(seconds * fps)) / fps
+    sol = solve_ivp(rhs, (0, t[-1]), [phi + 2.0, phi - 1.0, 0.0, 3.0], t_eval=t,
+                    method="DOP853", rtol=1e-11, atol=1e-11)  # fmt: skip
+    t1, t2 = sol.y[0], sol.y[1]
+    b1 = np.column_stack([pivot[0] + arms[0] * np.cos(t1), pivot[1] + arms[0] * np.sin(t1)])
+    b2 = b1 + arms[1] * np.column_stack([np.cos(t2), np.sin(t2)])
+    rows = np.column_stack([np.tile(pivot, (len(t), 1)), b1, b2]).round().astype(int)
+    path.write_text("\n".join(",".join(map(str, r)) for r in rows) + "\n")
+    return path
+
+
+def test_the_physical_fit_recovers_a_filmed_double_pendulum(tmp_path, compose_config) -> None:
+    truth = (0.1, 0.07, 70.0, 6.5, 0.4, 0.05, 0.01)  # gravity 0.4 rad off the image x axis
+    src = double_pendulum_file(tmp_path / "dp.csv", truth)
+    out = ingest(compose_config("ingest", [
+        f"ingest.source={src}", "ingest.names=[x0,y0,x1,y1,x2,y2]", "ingest.time=null",
+        "ingest.dt=0.0025", "ingest.every=4", "ingest.positions=[x1,y1,x2,y2]",
+        "ingest.max_segment=128", "ingest.split={val: 0.15, test: {time: [18.0, 24.0]}}",
+        f"data_file={tmp_path / 'dp.h5'}",
+    ]))  # fmt: skip
+    fit = load("real_physical_fit").fit_file(out, None)
+    assert fit["horizons"] == [10, 25] and fit["windows"] >= 8
+    assert fit["chain"]["pivot_px"] == pytest.approx([1000.0, 1200.0], abs=0.5)
+    assert fit["chain"]["l1_px"] == pytest.approx(600.0, abs=0.5)
+    got = fit["fit"]
+    for name, value in zip(("beta", "gamma", "delta", "epsilon", "phi"), truth):
+        assert got[name] == pytest.approx(value, rel=0.02, abs=0.005), name
+    assert got["c1"] == pytest.approx(0.05, abs=0.01) and got["c2"] == pytest.approx(
+        0.01, abs=0.005
+    )
+    # pixel rounding is the only noise: far below constant velocity, in px and in angles
+    for key in ("mse_h25", "mse_angles_h25"):
+        assert fit[key] < 1e-3 * fit[f"{key}_constant_velocity"], key
+    # px²: the rounding to whole pixels (±0.5 px) is all the noise; from two frames it sets the
+    # start rates, from the smoothed state much less
+    assert fit["mse_h10_physical_sg_start"] < 2.0 and fit["mse_h10"] < 10.0
