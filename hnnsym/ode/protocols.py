@@ -109,7 +109,7 @@ PROBED: dict[str, str] = {
     "hnnsym.ode.integrators.advance": "integrator.steps (callable?)",
     "hnnsym.ode.integrators.rattle": "H.position_constraints(_jacobian), H.mass_matrix",
     "hnnsym.ode.integrators.reversible": "H.separable, H.kinetic/potential(_grad)",
-    "hnnsym.ode.discrete_gradients": "V.energy_gradient",
+    "hnnsym.ode.discrete_gradient_formulas": "V.energy_gradient",
     "error messages (tao, discrete_gradient, rattle, reversible)": "H.name",
 }
 # Read without getattr, i.e. assumed of a StagedIntegrator: ``integrator.tableau``, ``.solver``

@@ -51,6 +51,7 @@ import torch
 from torch import Tensor
 
 from hnnsym.errors import ConvergenceError, DataError
+from hnnsym.ode.capabilities import Capability, has
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.ode.integrators.rattle import constraint_jacobian
 from hnnsym.physics.systems import SYSTEMS, System, get_system
@@ -299,11 +300,9 @@ def project_onto_manifold(
 
 def is_constrained_model(H: object) -> bool:
     """True for a Hamiltonian in Cartesian coordinates with holonomic constraints: callable
-    ``position_constraints(x) -> (..., m)`` and ``mass_matrix() -> (n, n)`` (the interface of
-    ``ConstrainedSystem``, CHNN and the RATTLE integrator)."""
-    return callable(getattr(H, "position_constraints", None)) and callable(
-        getattr(H, "mass_matrix", None)
-    )
+    ``position_constraints(x) -> (..., m)`` and ``mass_matrix() -> (n, n)`` declared (the
+    interface of ``ConstrainedSystem``, CHNN and the RATTLE integrator)."""
+    return has(H, Capability.CONSTRAINTS) and has(H, Capability.MASS_MATRIX)
 
 
 def project_state(
@@ -452,6 +451,12 @@ class ConstrainedSystem(System):
     def mass_matrix(self) -> Tensor:
         """M (n, n), float64: diag(m_1, m_1, m_2, m_2, ...)."""
         return torch.diag(1 / self.inverse_mass)
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return super().capabilities | {
+            Capability.CONSTRAINTS, Capability.CONSTRAINT_JACOBIAN, Capability.MASS_MATRIX
+        }
 
     def constraint_violation(self, states: Tensor) -> tuple[float, float]:
         """(max |Φ|, max |Φ̇|) over states (..., 2n)."""

@@ -40,6 +40,8 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
+from hnnsym.ode.capabilities import Capability
+from hnnsym.physics.capabilities import ModelCapability
 from hnnsym.physics.constrained import (
     CARTESIAN_SYSTEMS,
     constrained_system_of,
@@ -57,8 +59,11 @@ class _CartesianBodies(nn.Module):
     checkpoints): without ``system_params``, the chain of dim/2 links drawn from
     ``parameter_seed``; ``spatial`` and ``graph``, when given, must agree with the system."""
 
-    separable = False  # the constrained field couples x and p
-    constrained = True
+    capabilities = frozenset({
+        Capability.HAMILTONIAN, Capability.ENERGY_GRADIENT, Capability.OWN_FIELD,
+        Capability.CONSTRAINTS, Capability.CONSTRAINT_JACOBIAN, Capability.MASS_MATRIX,
+        ModelCapability.MASSES,
+    })  # fmt: skip  # not SEPARABLE: the constrained field couples x and p
 
     def __init__(
         self,
