@@ -16,8 +16,8 @@ from hnnsym.errors import IncompatibleError
 from hnnsym.ode.capabilities import Capability
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.integrators.rattle import constraint_jacobian
-from hnnsym.physics.constrained import onto_manifold
 from hnnsym.physics.constrained_models import CHNN
+from hnnsym.physics.constraints import onto_manifold
 from hnnsym.physics.systems import get_system
 
 F64 = torch.float64

@@ -27,7 +27,7 @@ from hnnsym.data.hdf5 import SPLITS, Split, refuse_overwrite, write_dataset
 from hnnsym.errors import ConvergenceError, UserError
 from hnnsym.ode.integrators import Integrator, advance, get_integrator
 from hnnsym.ode.problem import Problem, SolverStats
-from hnnsym.physics.constrained import ConstrainedSystem
+from hnnsym.physics.constraints import ConstrainedSystem
 from hnnsym.physics.systems import System, system_from_config
 from hnnsym.progress import progress
 from hnnsym.resources import check_memory

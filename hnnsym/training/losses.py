@@ -74,7 +74,7 @@ from hnnsym.ode.problem import SolverStats
 from hnnsym.ode.running import StepLoss
 from hnnsym.ode.solve import solve, solve_loss
 from hnnsym.physics.capabilities import ModelCapability
-from hnnsym.physics.constrained import onto_manifold
+from hnnsym.physics.constraints import onto_manifold
 
 INITS = ("observed", "smoothed", "learned")
 UNITS = ("position", "acceleration")  # of the position-only losses' residuals (module doc)

@@ -247,15 +247,14 @@ class ReversibleLeapfrog:
         ``kinetic_grad``/``potential_grad`` where it has them, else autograd of kinetic/potential."""
         Hs = as_separable(H)
 
-        def force(closed, explicit, energy):
-            if has(Hs, closed):
+        def force(explicit, energy):
+            if explicit is not None:
                 return lambda x, graph=False: explicit(x)
             return lambda x, graph=False: _partial_gradient(energy, x, graph)
 
-        return (
-            force(Capability.KINETIC_GRADIENT, Hs.kinetic_grad, Hs.kinetic),
-            force(Capability.POTENTIAL_GRADIENT, Hs.potential_grad, Hs.potential),
-        )
+        dT = Hs.kinetic_grad if has(Hs, Capability.KINETIC_GRADIENT) else None
+        dV = Hs.potential_grad if has(Hs, Capability.POTENTIAL_GRADIENT) else None
+        return force(dT, Hs.kinetic), force(dV, Hs.potential)
 
     def advance(self, H, x: Tensor, h: float, steps: int) -> Tensor:
         """``steps`` steps of size h (either sign) on an int64 state x (B, 2d) -> int64 (B, 2d).
