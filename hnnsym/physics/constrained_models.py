@@ -42,9 +42,9 @@ from torch import Tensor, nn
 
 from hnnsym.ode.capabilities import Capability
 from hnnsym.physics.capabilities import ModelCapability
-from hnnsym.physics.constrained import CARTESIAN_SYSTEMS, constrained_system_of
 from hnnsym.physics.constraints import constrained_vector_field, multiplier_acceleration
 from hnnsym.physics.models import mlp, mlp_gradient
+from hnnsym.physics.pendulums import CARTESIAN_SYSTEMS, constrained_system_of
 
 
 class _CartesianBodies(nn.Module):

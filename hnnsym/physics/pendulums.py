@@ -1,5 +1,6 @@
 """The constrained benchmark systems in Cartesian coordinates (``hnnsym.physics.constraints``),
-with their parameters and initial-condition samplers.
+with their parameters and initial-condition samplers; they register in
+``hnnsym.physics.systems.SYSTEMS`` here, with the Cartesian ones' angle-coordinate counterparts.
 
 ``chain_pendulum(links)``: N bodies in the plane, body 1 tethered to the origin, body i linked to
 body i−1, gravity g along −y: H = Σ |p_i|²/(2 m_i) + g Σ m_i y_i. Masses and lengths are the
@@ -25,7 +26,7 @@ No angle-coordinate version is built.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -39,7 +40,7 @@ from hnnsym.physics.constraints import (
     ProjectedField,
     project_onto_manifold,
 )
-from hnnsym.physics.systems import System
+from hnnsym.physics.systems import SYSTEMS, System, get_system
 
 
 def chain_parameters(links: int, seed: int = 0) -> tuple[list[float], list[float]]:
@@ -382,3 +383,49 @@ def coupled_pendulum(
         vector_field=ProjectedField(constraints, inverse_mass, gradient),
         constraints=constraints, masses=tuple(masses), spatial=3,
     )  # fmt: skip
+
+
+SYSTEMS.update(
+    chain_pendulum=chain_pendulum,
+    chain_pendulum_angles=chain_pendulum_angles,
+    coupled_pendulum=coupled_pendulum,
+)
+
+# Systems in Cartesian coordinates with holonomic constraints -> the same motion in angle
+# coordinates, where one is built (None: not built).
+CARTESIAN_SYSTEMS: dict[str, str | None] = {
+    "chain_pendulum": "chain_pendulum_angles",
+    "coupled_pendulum": None,
+}
+# Every constrained system, in Cartesian coordinates or (where built) in angles.
+CONSTRAINED_SYSTEMS = frozenset({*CARTESIAN_SYSTEMS, *CARTESIAN_SYSTEMS.values()} - {None})
+
+
+def constrained_system_of(
+    name: str, dim: int, params: Mapping | None = None, parameter_seed: int | None = None
+) -> ConstrainedSystem:
+    """The registered Cartesian constrained system ``name`` (``CARTESIAN_SYSTEMS``) whose states
+    have ``dim`` degrees of freedom, for a model that takes its constraints (tethers, links,
+    lengths, spatial dimension) from it: built from ``params`` (a config's ``system.params``);
+    without them (a model config or checkpoint of the planar chain from before ``system_params``
+    was passed) the chain of dim/2 links drawn from ``parameter_seed`` (default 0).
+    ValueError (one line) for another system or a dim the system does not have."""
+    if name not in CARTESIAN_SYSTEMS:
+        raise ValueError(f"system {name!r} is not one of {sorted(CARTESIAN_SYSTEMS)}")
+    if params is None:
+        if name != "chain_pendulum" or dim % 2:
+            raise ValueError(
+                f"without system_params only the planar chain_pendulum (dim a multiple of 2) is "
+                f"known, got system {name!r} and dim {dim}"
+            )
+        params = {
+            "links": dim // 2,
+            "parameter_seed": 0 if parameter_seed is None else parameter_seed,
+        }
+    system = get_system(name, **dict(params))
+    if system.dim != dim:
+        raise ValueError(
+            f"system {name} with {dict(params)} has states of dim {system.dim} in Cartesian "
+            f"coordinates, not {dim}"
+        )
+    return system

@@ -28,7 +28,8 @@ from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
 from hnnsym.ode.gradients import gradient_from_config
 from hnnsym.ode.integrators import integrator_from_config
-from hnnsym.physics.constrained import CONSTRAINED_SYSTEMS, coordinates_problem
+from hnnsym.physics.constrained import coordinates_problem
+from hnnsym.physics.pendulums import CONSTRAINED_SYSTEMS
 from hnnsym.physics.systems import MEASURED, system_from_config
 from hnnsym.training.checkpoints import (
     best_path,
