@@ -120,6 +120,16 @@ def creatable_dir(directory: str | os.PathLike, what: str) -> Path:
     return directory
 
 
+REQUEUED_ENV = "HNNSYM_REQUEUED"
+
+
+def requeued() -> bool:
+    """Whether this process is a requeued Slurm job (after a timeout or preemption), which
+    continues the run its first attempt began (set by ``hnnsym.launchers``)."""
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
+    return os.environ.get(REQUEUED_ENV) == "1" or (restarts.isdigit() and int(restarts) > 0)
+
+
 OUTPUT_MARKER = ".hnnsym-output"
 
 

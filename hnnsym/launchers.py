@@ -28,17 +28,9 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from omegaconf import OmegaConf
 
+from hnnsym.artifacts import REQUEUED_ENV
 from hnnsym.errors import UserError
 from hnnsym.sweeps import JobFailed, debug, describe
-
-REQUEUED_ENV = "HNNSYM_REQUEUED"
-
-
-def requeued() -> bool:
-    """Whether this process is a requeued job (after a timeout or preemption), which continues the
-    run its first attempt began."""
-    restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
-    return os.environ.get(REQUEUED_ENV) == "1" or (restarts.isdigit() and int(restarts) > 0)
 
 
 def _failure_record(result_pickle: Path) -> Path:

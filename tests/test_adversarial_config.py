@@ -17,6 +17,7 @@ import torch
 from stage_cli import assert_one_line_error, run_stage, tree_hashes
 
 from hnnsym.errors import UserError
+from hnnsym.ode.capabilities import Capability, has
 from hnnsym.physics.symbolic import (
     MAX_DIGITS,
     SymbolicModel,
@@ -229,8 +230,13 @@ def test_the_formula_simplify_hung_on_is_decided_at_a_point():
 
 
 def test_a_learned_constant_counts_in_the_separability():
-    assert SymbolicModel(1, "p**2/2 + k*q**2/2", learn=["k"], init={"k": 1.0}).separable
-    assert not SymbolicModel(1, "p**2/2 + k*q*p + q**2", learn=["k"], init={"k": 0.0}).separable
+    assert has(
+        SymbolicModel(1, "p**2/2 + k*q**2/2", learn=["k"], init={"k": 1.0}), Capability.SEPARABLE
+    )
+    assert not has(
+        SymbolicModel(1, "p**2/2 + k*q*p + q**2", learn=["k"], init={"k": 0.0}),
+        Capability.SEPARABLE,
+    )
 
 
 def test_time_limit_interrupts_python_and_restores_the_timer():

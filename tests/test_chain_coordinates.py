@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from hnnsym.errors import UserError
-from hnnsym.physics.constrained import CARTESIAN_SYSTEMS, coordinates_problem
+from hnnsym.physics.constrained import coordinates_problem
 from hnnsym.physics.constrained_models import CHNN, CLNN
 from hnnsym.physics.dissipative import DissipativeHNN
 from hnnsym.physics.models import HNN, NODE, SeparableHNN
+from hnnsym.physics.pendulums import CARTESIAN_SYSTEMS
 
 TINY = ["generate.n_train=4", "generate.n_val=2", "generate.n_test=2", "generate.train_steps=6",
         "generate.test_steps=4"]  # fmt: skip

@@ -12,8 +12,8 @@ from hnnsym.errors import UserError
 from hnnsym.ode.dynamics import hamiltonian_gradient, has_hamiltonian
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.problem import Problem
-from hnnsym.physics.constrained import onto_manifold, project_state
 from hnnsym.physics.constrained_models import CHNN
+from hnnsym.physics.constraints import onto_manifold, project_state
 from hnnsym.physics.systems import get_system
 from hnnsym.training.losses import WindowLoss
 

@@ -9,8 +9,8 @@ import torch
 
 from hnnsym import solve
 from hnnsym.ode.integrators import get_integrator
-from hnnsym.physics.constrained import GRAVITY, constraint_gradient
 from hnnsym.physics.constrained_models import CHNN, CLNN
+from hnnsym.physics.constraints import GRAVITY, constraint_gradient
 from hnnsym.physics.systems import get_system
 
 F64 = torch.float64

@@ -13,15 +13,8 @@ from scipy.integrate import solve_ivp
 from hnnsym import solve
 from hnnsym.errors import UserError
 from hnnsym.ode.integrators import get_integrator
-from hnnsym.physics.constrained import (
-    angle_mass_matrix,
-    chain_parameters,
-    constraint_gradient,
-    from_angles,
-    project,
-    projection_matrix,
-    to_angles,
-)
+from hnnsym.physics.constraints import constraint_gradient, project, projection_matrix
+from hnnsym.physics.pendulums import angle_mass_matrix, chain_parameters, from_angles, to_angles
 from hnnsym.physics.systems import get_system
 
 F64 = torch.float64

@@ -17,13 +17,10 @@ from scipy.spatial.transform import Rotation
 from hnnsym import solve
 from hnnsym.errors import UserError
 from hnnsym.ode.integrators import get_integrator
-from hnnsym.physics.constrained import (
-    chain_parameters,
-    coordinates_problem,
-    spherical_to_cartesian,
-)
+from hnnsym.physics.constrained import coordinates_problem
 from hnnsym.physics.constrained_models import CHNN, CLNN
 from hnnsym.physics.models import HNN
+from hnnsym.physics.pendulums import chain_parameters, spherical_to_cartesian
 from hnnsym.physics.systems import get_system
 
 F64 = torch.float64

@@ -20,6 +20,7 @@ from hnnsym.data.simulate import generate
 from hnnsym.errors import UserError
 from hnnsym.evaluation.metrics import grid_errors
 from hnnsym.evaluation.stage import evaluate
+from hnnsym.ode.capabilities import Capability, has
 from hnnsym.ode.dynamics import vector_field
 from hnnsym.physics.symbolic import SymbolicModel, parse
 from hnnsym.physics.systems import custom, get_system, system_from_config
@@ -310,14 +311,18 @@ def test_generate_train_evaluate_on_an_expression(compose_config, tmp_path):
 def test_symbolic_model_is_the_expression_with_learnable_constants():
     model = SymbolicModel(1, "p**2/(2*m) + k*q**2/2 + c*q", None, {"k": 2.4, "m": 2.0, "c": 0.1},
                           learn=["k"], init={"k": 1.5}).double()  # fmt: skip
-    assert [n for n, _ in model.named_parameters()] == ["constants.k"] and model.separable
+    assert [n for n, _ in model.named_parameters()] == ["constants.k"] and has(
+        model, Capability.SEPARABLE
+    )
     y = states(32, 2, 8)
     q, p = y[:, 0], y[:, 1]
     torch.testing.assert_close(model(y), p**2 / 4 + 1.5 * q**2 / 2 + 0.1 * q, rtol=1e-15,
                                atol=1e-15)  # fmt: skip
     model(y).sum().backward()  # dH/dk = q²/2
     torch.testing.assert_close(model.constants["k"].grad, (q**2 / 2).sum(), rtol=1e-14, atol=0)
-    assert not SymbolicModel(1, "p**2/2 + k*q*p", learn=["k"], init={"k": 0.1}).separable
+    assert not has(
+        SymbolicModel(1, "p**2/2 + k*q*p", learn=["k"], init={"k": 0.1}), Capability.SEPARABLE
+    )
     for kwargs, message in [
         ({"learn": []}, "needs model.learn"),
         ({"learn": ["a"]}, r"'a' needs a start value \(\+model.init.a=..."),

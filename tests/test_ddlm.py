@@ -24,7 +24,8 @@ from hnnsym.errors import ConvergenceError
 from hnnsym.evaluation.positions import rollout_positions
 from hnnsym.evaluation.stage import evaluate
 from hnnsym.ode import integrate
-from hnnsym.ode.discrete_gradients import avf, gonzalez, gradient
+from hnnsym.ode.capabilities import Capability
+from hnnsym.ode.discrete_gradient_formulas import avf, gonzalez, gradient
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.lagrangian import (
     eq11_momentum,
@@ -52,6 +53,8 @@ def mlp_potential(d: int, seed: int = 0) -> torch.nn.Module:
 
 class Pendulum(torch.nn.Module):
     """V(q) = 4(1 − cos q) with M = 1 (DGNet's pendulum, q̈ = −4 sin q), gradient in closed form."""
+
+    capabilities = frozenset({Capability.ENERGY_GRADIENT})
 
     def forward(self, q):
         return (4 * (1 - torch.cos(q))).sum(-1)
@@ -185,6 +188,8 @@ def test_energy_is_conserved_to_1e10_over_1e4_steps():
 class _Harmonic(torch.nn.Module):
     """V(q) = ½ k q²."""
 
+    capabilities = frozenset({Capability.ENERGY_GRADIENT})
+
     def __init__(self, k):
         super().__init__()
         self.k = k
@@ -218,6 +223,7 @@ class _PositionModel(torch.nn.Module):
     """A known V as a position model (M = I, Gonzalez discrete gradient)."""
 
     discrete_gradient, avf_nodes = "gonzalez", 4
+    capabilities = frozenset({Capability.ENERGY_GRADIENT, Capability.MASS_MATRIX})
 
     def __init__(self, V):
         super().__init__()

@@ -22,6 +22,7 @@ from torch.autograd.functional import jacobian
 
 from hnnsym import integrate, solve
 from hnnsym.errors import ConvergenceError, IncompatibleError, UserError
+from hnnsym.ode.capabilities import Capability
 from hnnsym.ode.integrators import Rattle, get_integrator, integrator_from_config
 from hnnsym.ode.problem import Problem
 from hnnsym.physics.models import HNN, NODE
@@ -33,6 +34,8 @@ GRAVITY = 9.81
 class PlanarPendulum(nn.Module):
     """H = |p|²/2m + m g q_y (+ an optional MLP potential V(q)), g(q) = |q|² − l², with log m
     and log l as parameters."""
+
+    capabilities = frozenset({Capability.HAMILTONIAN, Capability.CONSTRAINTS})
 
     def __init__(self, mass: float = 1.3, length: float = 0.9, mlp: bool = False):
         super().__init__()
@@ -56,6 +59,8 @@ class PlanarPendulum(nn.Module):
 
 class DoublePendulum(nn.Module):
     """q = (x1, y1, x2, y2), H = Σ |p_i|²/2m_i + g Σ m_i y_i, g(q) = (|q1|² − l1², |q2 − q1|² − l2²)."""
+
+    capabilities = frozenset({Capability.HAMILTONIAN, Capability.CONSTRAINTS})
 
     def __init__(self, m=(1.0, 0.7), lengths=(1.0, 0.8)):
         super().__init__()

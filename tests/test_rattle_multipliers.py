@@ -13,10 +13,11 @@ from test_rattle import PlanarPendulum, _loss, planar_state
 
 from hnnsym import integrate, solve
 from hnnsym.errors import IncompatibleError
+from hnnsym.ode.capabilities import Capability
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.integrators.rattle import constraint_jacobian
-from hnnsym.physics.constrained import onto_manifold
 from hnnsym.physics.constrained_models import CHNN
+from hnnsym.physics.constraints import onto_manifold
 from hnnsym.physics.systems import get_system
 
 F64 = torch.float64
@@ -26,6 +27,8 @@ class SeparablePendulum(PlanarPendulum):
     """PlanarPendulum (H = |p|²/2m + m g q_y + V(q), g(q) = |q|² − l², log m and log l learned)
     declaring its constant mass matrix m I, so RATTLE's auto formulation takes the multiplier
     form; DΦ by autograd (no closed form)."""
+
+    capabilities = PlanarPendulum.capabilities | {Capability.MASS_MATRIX}
 
     def mass_matrix(self):
         return self.log_m.exp() * torch.eye(2, dtype=F64)

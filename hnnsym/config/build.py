@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from hnnsym.errors import UserError
+from hnnsym.physics.capabilities import check_model
 from hnnsym.physics.models import MODELS
 from hnnsym.training.losses import Loss, LossContext, build_loss
 
@@ -98,7 +99,9 @@ def build_model(model_cfg: Mapping[str, Any] | DictConfig, dim: int) -> nn.Modul
     """The network of a model config for states of ``dim`` degrees of freedom."""
     if isinstance(model_cfg, DictConfig):
         model_cfg = OmegaConf.to_container(model_cfg, resolve=True)
-    return instantiate(model_spec(model_cfg), "model", dim=dim)
+    model = instantiate(model_spec(model_cfg), "model", dim=dim)
+    check_model(model)  # its declared capabilities have their methods
+    return model
 
 
 def model_from_checkpoint(payload: dict) -> nn.Module:

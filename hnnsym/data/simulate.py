@@ -27,6 +27,7 @@ from hnnsym.data.hdf5 import SPLITS, Split, refuse_overwrite, write_dataset
 from hnnsym.errors import ConvergenceError, UserError
 from hnnsym.ode.integrators import Integrator, advance, get_integrator
 from hnnsym.ode.problem import Problem, SolverStats
+from hnnsym.physics.constraints import ConstrainedSystem
 from hnnsym.physics.systems import System, system_from_config
 from hnnsym.progress import progress
 from hnnsym.resources import check_memory
@@ -205,10 +206,9 @@ def energy_report(system: System, clean: torch.Tensor) -> str:
 def check_constraints(system: System, split: str, clean: np.ndarray) -> None:
     """For a constrained system (``constraint_violation``, ``constraint_tol``: hnnsym.physics.
     constrained): log max |Φ| and |Φ̇| along the ground truth; UserError above the tolerance."""
-    violation = getattr(system, "constraint_violation", None)
-    if not callable(violation):
+    if not isinstance(system, ConstrainedSystem):
         return
-    phi, phidot = violation(torch.from_numpy(clean))
+    phi, phidot = system.constraint_violation(torch.from_numpy(clean))
     log.info("%s: ground truth max |Phi| = %.2e, max |dPhi/dt| = %.2e", split, phi, phidot)
     if not max(phi, phidot) <= system.constraint_tol:
         raise UserError(

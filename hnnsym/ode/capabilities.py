@@ -6,8 +6,9 @@ or instance attribute ``capabilities``: a frozenset of ``Capability`` members (a
 Code asks ``has(obj, Capability.MASS_MATRIX)``; ``check_declared(obj)``, called once where an
 object is built, verifies that every declared capability's methods exist.
 
-An object without the attribute declares ``{Capability.HAMILTONIAN}``: a plain energy
-H(y) (B, 2d) -> (B,), whose field the kernel forms as J⁻¹∇H by autograd.
+A callable without the attribute declares ``{Capability.HAMILTONIAN}`` (``DEFAULT``): a plain
+energy H(y) (B, 2d) -> (B,), whose field the kernel forms as J⁻¹∇H by autograd; any other object
+without it declares nothing.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ class Capability(StrEnum):
     ENERGY_GRADIENT = "energy_gradient"  # energy_gradient(y) -> ∇H (B, 2d), closed form
     ENERGY_LINEARIZATION = "energy_linearization"  # energy_linearization(y): closed-form ∇²H
     SEPARABLE = "separable"  # H = T(p) + V(q): kinetic(p), potential(q)
+    KINETIC_GRADIENT = "kinetic_gradient"  # kinetic_grad(p) -> T'(p) (B, d), closed form
+    POTENTIAL_GRADIENT = "potential_gradient"  # potential_grad(q) -> V'(q) (B, d), closed form
     OWN_FIELD = "own_field"  # vector_field(y) -> ẏ, not J⁻¹∇H (dissipative, NODE, constrained)
-    CONSTRAINTS = "constraints"  # position_constraints(x), position_constraints_jacobian(x)
+    CONSTRAINTS = "constraints"  # position_constraints(x) -> Φ(x) (B, m), holonomic Φ = 0
+    CONSTRAINT_JACOBIAN = "constraint_jacobian"  # position_constraints_jacobian(x) -> DΦ (B, m, n)
     MASS_MATRIX = "mass_matrix"  # mass_matrix() -> M (n, n), constant SPD
 
 
@@ -32,8 +36,11 @@ REQUIRES: dict[str, tuple[str, ...]] = {
     Capability.ENERGY_GRADIENT: ("energy_gradient",),
     Capability.ENERGY_LINEARIZATION: ("energy_linearization",),
     Capability.SEPARABLE: ("kinetic", "potential"),
+    Capability.KINETIC_GRADIENT: ("kinetic_grad",),
+    Capability.POTENTIAL_GRADIENT: ("potential_grad",),
     Capability.OWN_FIELD: ("vector_field",),
-    Capability.CONSTRAINTS: ("position_constraints", "position_constraints_jacobian"),
+    Capability.CONSTRAINTS: ("position_constraints",),
+    Capability.CONSTRAINT_JACOBIAN: ("position_constraints_jacobian",),
     Capability.MASS_MATRIX: ("mass_matrix",),
 }
 
@@ -41,8 +48,11 @@ DEFAULT: frozenset[str] = frozenset({Capability.HAMILTONIAN})
 
 
 def capabilities(obj: object) -> frozenset[str]:
-    """The capabilities ``obj`` declares (``DEFAULT`` when it declares none)."""
-    return frozenset(getattr(obj, "capabilities", DEFAULT))
+    """The capabilities ``obj`` declares (``DEFAULT`` for a callable that declares none)."""
+    declared = getattr(obj, "capabilities", None)
+    if declared is None:
+        return DEFAULT if callable(obj) else frozenset()
+    return frozenset(declared)
 
 
 def has(obj: object, capability: str) -> bool:

@@ -1,9 +1,10 @@
 """Hamiltonian vector field f(y) = J^-1 ∇H(y) = [∂H/∂p, -∂H/∂q]: the one place it is computed.
 
-A model without a Hamiltonian (``hnnsym.physics.models.NODE``) defines ``vector_field(y)`` itself and sets
-``has_hamiltonian = False``; ``vector_field`` below then calls it, so every integrator and
-gradient method runs it unchanged. A model with ``energy_gradient(y)`` (∇H in closed form, or None)
-is asked for ∇H instead of autograd.
+A model without a Hamiltonian (``hnnsym.physics.models.NODE``) declares ``OWN_FIELD`` and not
+``HAMILTONIAN`` (``hnnsym.ode.capabilities``) and defines ``vector_field(y)``; ``vector_field``
+below then calls it, so every integrator and gradient method runs it unchanged. A model declaring
+``ENERGY_GRADIENT`` (``energy_gradient(y)``: ∇H in closed form, or None) is asked for ∇H instead of
+autograd.
 
 A dissipative system or model (a damped ``hnnsym.physics.systems.System``,
 ``hnnsym.physics.dissipative.DissipativeHNN``) has an energy H and its own field
@@ -20,6 +21,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from hnnsym.ode.capabilities import Capability, has
 from hnnsym.ode.workspace import hold
 
 Hamiltonian = Callable[[Tensor], Tensor]
@@ -32,14 +34,14 @@ def symplectic_gradient(grad: Tensor) -> Tensor:
 
 
 def has_hamiltonian(model: object) -> bool:
-    """Whether ``model`` is an energy H(y) (False for a model that only defines a vector field)."""
-    return bool(getattr(model, "has_hamiltonian", True))
+    """Whether ``model`` declares an energy H(y) (False for a model that only defines a field)."""
+    return has(model, Capability.HAMILTONIAN)
 
 
 def hamiltonian_flow(model: object) -> bool:
     """Whether ``model``'s dynamics are f = J⁻¹∇H: it has an energy and no field of its own
     (False for NODE and for a dissipative system or model)."""
-    return has_hamiltonian(model) and not callable(getattr(model, "vector_field", None))
+    return has_hamiltonian(model) and not has(model, Capability.OWN_FIELD)
 
 
 def dissipative_field(grad: Tensor, R: Tensor) -> Tensor:
@@ -56,10 +58,9 @@ def hamiltonian_gradient(H: Hamiltonian, y: Tensor, create_graph: bool | None = 
     Never H's own ``vector_field`` (a constrained integrator needs the unconstrained gradient)."""
     if create_graph is None:
         create_graph = torch.is_grad_enabled()
-    closed = getattr(H, "energy_gradient", None)
-    if callable(closed):  # ∇H in closed form (hnnsym.physics.models): no autograd.grad call
+    if has(H, Capability.ENERGY_GRADIENT):  # ∇H in closed form: no autograd.grad call
         with torch.set_grad_enabled(create_graph):
-            grad = closed(y)
+            grad = H.energy_gradient(y)
         if grad is not None:
             return grad
     with torch.enable_grad():
@@ -79,10 +80,9 @@ def vector_field(H: Hamiltonian, y: Tensor, create_graph: bool | None = None) ->
     """
     if create_graph is None:
         create_graph = torch.is_grad_enabled()
-    own = getattr(H, "vector_field", None)
-    if callable(own):
+    if has(H, Capability.OWN_FIELD):
         with torch.set_grad_enabled(create_graph):
-            return own(y)
+            return H.vector_field(y)
     return symplectic_gradient(hamiltonian_gradient(H, y, create_graph))
 
 
@@ -96,9 +96,9 @@ class FieldLinearization:
 
     def __init__(self, H: Hamiltonian, y: Tensor, params: list[Tensor]):
         self.params, self._H = params, H
-        closed = getattr(H, "energy_linearization", None)
+        closed = has(H, Capability.ENERGY_LINEARIZATION) and hamiltonian_flow(H)
         with torch.no_grad():
-            self._closed = closed(y) if callable(closed) and hamiltonian_flow(H) else None
+            self._closed = H.energy_linearization(y) if closed else None
             if self._closed is not None:  # rows of J⁻¹∇²H: [∂²H/∂p∂y, −∂²H/∂q∂y]
                 hessian = self._closed.hessian
                 self.jacobian = symplectic_gradient(hessian.transpose(1, 2)).transpose(1, 2)

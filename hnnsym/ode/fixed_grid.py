@@ -49,6 +49,7 @@ import torch
 from torch import Tensor, nn
 
 from hnnsym.errors import IncompatibleError
+from hnnsym.ode.capabilities import Capability
 from hnnsym.ode.integrators import INTEGRATORS, get_integrator
 from hnnsym.ode.integrators.tableaux import TABLEAUX, Tableau
 from hnnsym.ode.protocols import GradientMethod, StagedIntegrator, TimeVectorField
@@ -106,8 +107,7 @@ class _AugmentedField(nn.Module):
     """func(t, y) as the kernel's autonomous, non-Hamiltonian field on rows z = [y, t, (pad)]
     (``hnnsym.ode.protocols.VectorField``). Each row is one call of func with y0's shape."""
 
-    has_hamiltonian = False
-    separable = False
+    capabilities = frozenset({Capability.OWN_FIELD})
 
     def __init__(
         self,

@@ -4,7 +4,7 @@ Positions q (B, d) at times nΔt, a potential V: (B, d) -> (B,) and a symmetric 
 mass matrix M (d, d). Every scheme maps the last two positions (q⁻, q) to the next one q⁺.
 
 ``eq12`` (Aoshima et al., "proposed"): the discrete Euler–Lagrange equation with a discrete gradient ∇̄V
-(``hnnsym.ode.discrete_gradients``), implicit in q⁺,
+(``hnnsym.ode.discrete_gradient_formulas``), implicit in q⁺,
 
     G(q⁺) = M (q⁺ − 2q + q⁻)/Δt² + ½ [∇̄V(q⁺, q) + ∇̄V(q, q⁻)] = 0,                        (Eq. 12)
 
@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from hnnsym.errors import ConvergenceError
-from hnnsym.ode.discrete_gradients import discrete_gradient, gradient
+from hnnsym.ode.discrete_gradient_formulas import discrete_gradient, gradient
 
 Potential = Callable[[Tensor], Tensor]  # V: (B, d) -> (B,)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from hnnsym.ode.capabilities import Capability, has
 from hnnsym.ode.dynamics import hamiltonian_flow, vector_field
 
 
@@ -69,7 +70,7 @@ class Problem:
     def separable(self) -> bool:
         """Whether f splits as q' = f_q(p), p' = f_p(q) (the explicit evaluation order): a separable
         H whose flow is J⁻¹∇H; a damped separable H is not (p' depends on p)."""
-        return bool(getattr(self.H, "separable", False)) and hamiltonian_flow(self.H)
+        return has(self.H, Capability.SEPARABLE) and hamiltonian_flow(self.H)
 
     def params(self) -> list[Tensor]:
         """H's trainable parameters (empty for an analytic H)."""

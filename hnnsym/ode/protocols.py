@@ -2,13 +2,14 @@
 
 These state, in one place, the structural types that ``hnnsym.odeint`` (and the kernel,
 ``hnnsym.ode.solve``) work with. They are declarations for type hints and ``isinstance`` checks
-(``runtime_checkable``: attribute *presence* only, not signatures); the kernel itself has not been
-refactored to them and still reads several capabilities with ``getattr`` (listed in
-``PROBED``).
+(``runtime_checkable``: attribute *presence* only, not signatures). What an energy or field
+offers beyond them (closed-form ∇H, constraints, a mass matrix, ...) it declares in its
+``capabilities`` (``hnnsym.ode.capabilities``); the kernel asks ``has(H, ...)`` and probes no
+attribute. ``PROBED`` lists the few attribute reads with a default that remain, and why.
 
 - ``TimeVectorField``: ``func(t, y) -> dy/dt``, the torchdiffeq signature that ``odeint`` takes.
-- ``VectorField``: the kernel's duck type for a field with no Hamiltonian: ``vector_field(y)``
-  and ``has_hamiltonian = False`` (``hnnsym.physics.models.NODE``, odeint's wrapper).
+- ``VectorField``: a field with no Hamiltonian: ``vector_field(y)``, declaring ``OWN_FIELD`` and
+  not ``HAMILTONIAN`` (``hnnsym.physics.models.NODE``, odeint's wrapper).
 - ``Hamiltonian``: an energy ``H(y) -> (B,)``, y = [q, p]; the kernel's field is J⁻¹∇H.
 - ``Integrator``: re-exported from ``hnnsym.ode.integrators`` (where it was declared first).
 - ``StagedIntegrator``: an integrator with Runge–Kutta stages (``has_stages``), what the stepwise
@@ -42,7 +43,7 @@ class TimeVectorField(Protocol):
 class VectorField(Protocol):
     """An autonomous field without an energy, as the kernel steps it: y (M, n) -> f(y) (M, n)."""
 
-    has_hamiltonian: bool  # False
+    capabilities: frozenset[str]  # {Capability.OWN_FIELD}
 
     def vector_field(self, y: Tensor) -> Tensor: ...
 
@@ -96,21 +97,16 @@ class GradientMethod(Protocol):
     ) -> tuple[Tensor, Tensor]: ...
 
 
-# Where the kernel still probes attributes instead of relying on these declarations
-# (module: attribute read with getattr / callable(getattr(...))).
+# The attribute reads with a default that remain in the kernel (module: what is read), and why
+# each is not a declared capability.
 PROBED: dict[str, str] = {
-    "hnnsym.ode.dynamics.has_hamiltonian": "model.has_hamiltonian (default True)",
-    "hnnsym.ode.dynamics.hamiltonian_flow / vector_field": "model.vector_field (callable?)",
-    "hnnsym.ode.dynamics.hamiltonian_gradient": "H.energy_gradient (closed-form ∇H)",
-    "hnnsym.ode.dynamics.FieldLinearization": "H.energy_linearization (closed-form ∇²H)",
-    "hnnsym.ode.problem.Problem.separable": "H.separable",
-    "hnnsym.ode.gradients.base.GradientMethod.check": "integrator.<capability> from needs",
-    "hnnsym.ode.gradients.symplectic_adjoint._own_step_vjp": "integrator.has_stages, .step_vjp",
-    "hnnsym.ode.integrators.advance": "integrator.steps (callable?)",
-    "hnnsym.ode.integrators.rattle": "H.position_constraints(_jacobian), H.mass_matrix",
-    "hnnsym.ode.integrators.reversible": "H.separable, H.kinetic/potential(_grad)",
-    "hnnsym.ode.discrete_gradients": "V.energy_gradient",
-    "error messages (tao, discrete_gradient, rattle, reversible)": "H.name",
+    "hnnsym.ode.gradients.base.GradientMethod.check": "integrator.<needs>: its declared "
+    "has_stages / reversible flags and step_of (part of the Integrator protocol, True/False on "
+    "every integrator class)",
+    "hnnsym.ode.gradients.symplectic_adjoint._own_step_vjp": "integrator.has_stages and "
+    "step_vjp: RATTLE's exact step adjoint, optional in the Integrator protocol",
+    "hnnsym.ode.integrators.advance": "integrator.steps: an optional multi-step predictor",
+    "error messages (tao, discrete_gradient, rattle, reversible)": "H.name, for the message only",
 }
 # Read without getattr, i.e. assumed of a StagedIntegrator: ``integrator.tableau``, ``.solver``
 # (symplectic_adjoint), ``.partitioned`` (adjoint), ``.step`` (adjoint's backward sweep).

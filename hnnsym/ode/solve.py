@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from hnnsym.ode.capabilities import check_declared
 from hnnsym.ode.gradients import GradientMethod, get_gradient
 from hnnsym.ode.integrators import Integrator, Tableau, get_integrator
 from hnnsym.ode.problem import Problem, SolverStats
@@ -64,7 +65,10 @@ def _setup(
     gradient: str | GradientMethod,
     guess: Tensor | None,
 ) -> tuple[Problem, GradientMethod]:
-    """Check the arguments of ``solve``/``solve_loss``; the Problem and the gradient method."""
+    """Check the arguments of ``solve``/``solve_loss`` (H's declared capabilities too: the
+    kernel receives H from outside here, from ``odeint`` as well); the Problem and the gradient
+    method."""
+    check_declared(H)
     if y0.dim() != 2 or y0.shape[-1] % 2:
         raise ValueError(f"y0 must have shape (B, 2d), got {tuple(y0.shape)}")
     if not (isinstance(h, (int, float)) and math.isfinite(h) and h > 0):

@@ -1,7 +1,7 @@
 """Physics: the analytic systems (systems) and the learned Hamiltonians and vector fields (models).
 
-Importing the package registers the constrained systems of ``constrained`` (chain_pendulum,
+Importing the package registers the constrained systems of ``pendulums`` (chain_pendulum,
 chain_pendulum_angles, coupled_pendulum) in ``systems.SYSTEMS``.
 """
 
-from hnnsym.physics import constrained as _constrained  # noqa: F401  (registers its systems)
+from hnnsym.physics import pendulums as _pendulums  # noqa: F401  (registers its systems)

@@ -40,13 +40,11 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from hnnsym.physics.constrained import (
-    CARTESIAN_SYSTEMS,
-    constrained_system_of,
-    constrained_vector_field,
-    multiplier_acceleration,
-)
+from hnnsym.ode.capabilities import Capability
+from hnnsym.physics.capabilities import ModelCapability
+from hnnsym.physics.constraints import constrained_vector_field, multiplier_acceleration
 from hnnsym.physics.models import mlp, mlp_gradient
+from hnnsym.physics.pendulums import CARTESIAN_SYSTEMS, constrained_system_of
 
 
 class _CartesianBodies(nn.Module):
@@ -57,8 +55,11 @@ class _CartesianBodies(nn.Module):
     checkpoints): without ``system_params``, the chain of dim/2 links drawn from
     ``parameter_seed``; ``spatial`` and ``graph``, when given, must agree with the system."""
 
-    separable = False  # the constrained field couples x and p
-    constrained = True
+    capabilities = frozenset({
+        Capability.HAMILTONIAN, Capability.ENERGY_GRADIENT, Capability.OWN_FIELD,
+        Capability.CONSTRAINTS, Capability.CONSTRAINT_JACOBIAN, Capability.MASS_MATRIX,
+        ModelCapability.MASSES,
+    })  # fmt: skip  # not SEPARABLE: the constrained field couples x and p
 
     def __init__(
         self,

@@ -14,9 +14,9 @@ decrease. ``damping``:
 At initialisation L = √damping_init · I (for ``state``: the MLP's last layer is zero and its bias
 gives that L), so R starts at damping_init on its block.
 
-The model has a Hamiltonian (``has_hamiltonian`` is True, ``forward`` = H_θ, the grid H errors of
+The model has a Hamiltonian (it declares ``HAMILTONIAN``, ``forward`` = H_θ, the grid H errors of
 ``evaluate`` apply to it), but its flow is not Hamiltonian: ``vector_field`` returns the damped
-field, so integrators that step the split Hamiltonian flow (tao, reversible_leapfrog) refuse it,
+field (``OWN_FIELD``), so integrators that step the split Hamiltonian flow (tao, reversible_leapfrog) refuse it,
 and the Gauss–Legendre methods (implicit midpoint included) are well-defined but no longer
 symplectic for it (there is no symplectic structure to preserve).
 """
@@ -29,7 +29,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from hnnsym.ode.capabilities import Capability, has
 from hnnsym.ode.dynamics import dissipative_field, hamiltonian_gradient
+from hnnsym.physics.capabilities import ModelCapability
 from hnnsym.physics.models import HNN, mlp
 
 DAMPING_KINDS = ("constant", "state")
@@ -39,7 +41,7 @@ DAMPING_ON = ("p", "all")
 class DissipativeHNN(HNN):
     """H_θ (an ``HNN``) and a positive semi-definite damping R_θ: f = (J⁻¹ − R_θ)∇H_θ."""
 
-    separable = False
+    capabilities = HNN.capabilities | {Capability.OWN_FIELD, ModelCapability.DAMPING}
 
     def __init__(
         self,
@@ -111,4 +113,4 @@ class DissipativeHNN(HNN):
 
 def is_dissipative_model(model: object) -> bool:
     """Whether ``model`` learns a damping matrix (``DissipativeHNN``)."""
-    return callable(getattr(model, "damping_block", None))
+    return has(model, ModelCapability.DAMPING)

@@ -1,8 +1,9 @@
 """Learned Hamiltonians: nn.Modules mapping states (B, 2d) -> energies (B,).
 
 ``NODE`` is the exception: an unstructured vector field (B, 2d) -> (B, 2d) with no H, for
-comparison (``has_hamiltonian = False``; ``hnnsym.ode.dynamics.vector_field`` calls its own
-``vector_field``). ``Potential`` is learned from positions only: V_θ(q) (B, d) -> (B,) and a
+comparison (it declares ``OWN_FIELD`` without ``HAMILTONIAN``; ``hnnsym.ode.dynamics.vector_field``
+calls its own ``vector_field``). Each class declares what it offers in ``capabilities``
+(``hnnsym.ode.capabilities``, ``hnnsym.physics.capabilities``). ``Potential`` is learned from positions only: V_θ(q) (B, d) -> (B,) and a
 mass matrix, stepped by the position schemes of ``hnnsym.ode.lagrangian`` (Aoshima et al.).
 
 The MLP Hamiltonians also give ∇H in closed form (``energy_gradient``, ``mlp_gradient``): the
@@ -20,6 +21,9 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+
+from hnnsym.ode.capabilities import Capability, has
+from hnnsym.physics.capabilities import ModelCapability
 
 
 class Sin(nn.Module):
@@ -332,9 +336,12 @@ class HNN(nn.Module):
     """H_θ(q, p) as one MLP over the whole state (Choudhary et al.: 2d -> 16 -> 32 -> 16 -> 1, tanh).
 
     ``periodic``: the positions that are angles; the MLP sees (cos q_i, sin q_i) in place of q_i
-    (``PeriodicInputs``), so H is exactly 2π-periodic in them."""
+    (``PeriodicInputs``), so H is exactly 2π-periodic in them. ``energy_gradient`` and
+    ``energy_linearization`` may answer None (an activation without a closed form): autograd then."""
 
-    separable = False
+    capabilities = frozenset(
+        {Capability.HAMILTONIAN, Capability.ENERGY_GRADIENT, Capability.ENERGY_LINEARIZATION}
+    )
 
     def __init__(
         self,
@@ -381,7 +388,10 @@ class SeparableHNN(nn.Module):
     ``periodic``: the positions that are angles; V's MLP sees (cos q_i, sin q_i) for them.
     """
 
-    separable = True
+    capabilities = frozenset({
+        Capability.HAMILTONIAN, Capability.ENERGY_GRADIENT, Capability.SEPARABLE,
+        Capability.KINETIC_GRADIENT, Capability.POTENTIAL_GRADIENT,
+    })  # fmt: skip
 
     def __init__(
         self,
@@ -454,8 +464,7 @@ class NODE(nn.Module):
     positions that are angles; the MLP sees (cos q_i, sin q_i) for them.
     """
 
-    separable = False
-    has_hamiltonian = False
+    capabilities = frozenset({Capability.OWN_FIELD})
 
     def __init__(
         self,
@@ -489,14 +498,14 @@ class Potential(nn.Module):
     (``hnnsym.ode.lagrangian``). ``periodic``: the positions that are angles; the MLP sees
     (cos q_i, sin q_i) for them.
 
-    Not a Hamiltonian of states (``has_hamiltonian = False``, ``position_only = True``): the
-    position schemes, not the integrators of ``hnnsym.ode``, step it. Its energy on states is
+    Not a Hamiltonian of states (no ``HAMILTONIAN``; ``POSITION_ONLY``): the position schemes, not
+    the integrators of ``hnnsym.ode``, step it. ``ENERGY_GRADIENT`` is ∇V here. Its energy on states is
     ``energy(q, v)`` = ½ vᵀMv + V(q).
     """
 
-    separable = False
-    has_hamiltonian = False
-    position_only = True
+    capabilities = frozenset(
+        {Capability.ENERGY_GRADIENT, Capability.MASS_MATRIX, ModelCapability.POSITION_ONLY}
+    )
 
     def __init__(
         self,
@@ -562,7 +571,7 @@ class Potential(nn.Module):
 
 def is_position_model(model: object) -> bool:
     """Whether ``model`` is learned from positions only (V_θ(q) and M, ``Potential``)."""
-    return bool(getattr(model, "position_only", False))
+    return has(model, ModelCapability.POSITION_ONLY)
 
 
 # The networks by the names configs written before ``_target_`` used (model.name / model.arch);

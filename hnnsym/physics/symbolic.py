@@ -35,6 +35,8 @@ import torch
 from torch import Tensor, nn
 
 from hnnsym.errors import UserError
+from hnnsym.ode.capabilities import Capability
+from hnnsym.ode.integrators.reversible import kinetic_part, potential_part
 
 log = logging.getLogger(__name__)
 
@@ -427,7 +429,9 @@ class SymbolicHamiltonian:
 
     ``coordinates`` names the 2d columns of y in order (positions first); ``constants`` the values
     of the other symbols of ``text``. Parsing, compiling and the separability analysis run here,
-    together within ``BUDGET_S`` seconds."""
+    together within ``BUDGET_S`` seconds. A plain energy: its ``System`` declares separability."""
+
+    capabilities = frozenset({Capability.HAMILTONIAN})
 
     def __init__(
         self, text: str, coordinates: Sequence[str], constants: Mapping[str, float],
@@ -466,7 +470,7 @@ class SymbolicModel(nn.Module):
     (fit to the data like a network's weights; ``model=symbolic model.learn=[k]``): (B, 2d) -> (B,).
 
     The other constants keep their values in ``params``; a learned one starts from ``init[name]``
-    (default: its value in ``params``). ``separable`` when ∂²H/∂q_i∂p_j ≡ 0 for every value of the
+    (default: its value in ``params``). It declares ``SEPARABLE`` when ∂²H/∂q_i∂p_j ≡ 0 for every value of the
     learned constants (then leapfrog runs explicitly)."""
 
     def __init__(
@@ -506,7 +510,10 @@ class SymbolicModel(nn.Module):
                 self._f = compile_torch(expr, [*symbols, *(symbol(k) for k in learn)])
             except ValueError as err:
                 raise UserError(f"model.hamiltonian {hamiltonian!r}: {err}") from None
-            self.separable = separable_mass(expr, symbols[:dim], symbols[dim:])[0]
+            separable = separable_mass(expr, symbols[:dim], symbols[dim:])[0]
+        self.capabilities = frozenset(
+            {Capability.HAMILTONIAN} | ({Capability.SEPARABLE} if separable else set())
+        )
         self.dim, self.names, self.text = dim, learn, hamiltonian
         self.constants = nn.ParameterDict(
             {
@@ -518,6 +525,14 @@ class SymbolicModel(nn.Module):
     def forward(self, y: Tensor) -> Tensor:
         out = self._f([*y.unbind(-1), *(self.constants[k] for k in self.names)])
         return out + torch.zeros(y.shape[:-1], dtype=y.dtype, device=y.device)
+
+    def kinetic(self, p: Tensor) -> Tensor:
+        """T(p) = H(0, p) (used where it declares ``SEPARABLE``)."""
+        return kinetic_part(self, p)
+
+    def potential(self, q: Tensor) -> Tensor:
+        """V(q) = H(q, 0) (used where it declares ``SEPARABLE``)."""
+        return potential_part(self, q)
 
     def extra_repr(self) -> str:
         return f"H = {self.text}, learned {self.names}"

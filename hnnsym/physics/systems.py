@@ -27,7 +27,9 @@ import torch
 from torch import Tensor
 
 from hnnsym.errors import UserError
+from hnnsym.ode.capabilities import Capability
 from hnnsym.ode.dynamics import dissipative_field, hamiltonian_gradient
+from hnnsym.ode.integrators.reversible import kinetic_part, potential_part
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,15 @@ class System:
         """H(y): (B, 2d) -> (B,)."""
         return self.hamiltonian(y)
 
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """An energy; ``SEPARABLE`` when ``separable``, ``OWN_FIELD`` when damped (or projected)."""
+        return frozenset(
+            {Capability.HAMILTONIAN}
+            | ({Capability.SEPARABLE} if self.separable else set())
+            | ({Capability.OWN_FIELD} if self.vector_field is not None else set())
+        )
+
     def _bounds(self, like: Tensor | None = None, dtype=torch.float64) -> tuple[Tensor, Tensor]:
         low = torch.tensor([lo for lo, _ in self.domain], dtype=dtype)
         high = torch.tensor([hi for _, hi in self.domain], dtype=dtype)
@@ -71,7 +82,13 @@ class System:
         """V(q) = H(q, 0) for positions (..., d) -> (...) (separable systems with T(0) = 0)."""
         if not self.separable:
             raise ValueError(f"{self.name} is not separable: it has no potential V(q) alone")
-        return self.hamiltonian(torch.cat([q, torch.zeros_like(q)], -1))
+        return potential_part(self.hamiltonian, q)
+
+    def kinetic(self, p: Tensor) -> Tensor:
+        """T(p) = H(0, p) for momenta (..., d) -> (...) (separable systems)."""
+        if not self.separable:
+            raise ValueError(f"{self.name} is not separable: it has no kinetic energy T(p) alone")
+        return kinetic_part(self.hamiltonian, p)
 
     def sample(self, n: int, generator: torch.Generator, dtype=torch.float64) -> Tensor:
         """n initial conditions, uniform over the domain (rejection on ``energy_max``), or on the

@@ -64,7 +64,8 @@ from dataclasses import MISSING, dataclass, fields
 import torch
 from torch import Tensor, nn
 
-from hnnsym.ode.discrete_gradients import discrete_gradient
+from hnnsym.ode.capabilities import has
+from hnnsym.ode.discrete_gradient_formulas import discrete_gradient
 from hnnsym.ode.dynamics import vector_field
 from hnnsym.ode.gradients import GradientMethod
 from hnnsym.ode.integrators import Integrator
@@ -72,7 +73,8 @@ from hnnsym.ode.lagrangian import EXPLICIT, explicit_step
 from hnnsym.ode.problem import SolverStats
 from hnnsym.ode.running import StepLoss
 from hnnsym.ode.solve import solve, solve_loss
-from hnnsym.physics.constrained import onto_manifold
+from hnnsym.physics.capabilities import ModelCapability
+from hnnsym.physics.constraints import onto_manifold
 
 INITS = ("observed", "smoothed", "learned")
 UNITS = ("position", "acceleration")  # of the position-only losses' residuals (module doc)
@@ -408,7 +410,7 @@ def data_problem(
             "momenta too; use a position method (method=ddlm, ddlm_leapfrog, ...) or data "
             "generated without generate.observe=q"
         )
-    position_model = bool(getattr(model, "position_only", False))
+    position_model = has(model, ModelCapability.POSITION_ONLY)
     if observes == "q" and not position_model:
         return (f"method {method} needs a potential network (model=potential), not "
                 f"{type(model).__name__}")  # fmt: skip

@@ -16,6 +16,7 @@ from hnnsym.artifacts import (
     exclusive_dir,
     mark_output_dir,
     remove_stale_temporaries,
+    requeued,
     write_text,
 )
 from hnnsym.config.build import build_model, build_optimizer, build_run_loss, build_scheduler
@@ -25,10 +26,10 @@ from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.units import Units
 from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
-from hnnsym.launchers import requeued
 from hnnsym.ode.gradients import gradient_from_config
 from hnnsym.ode.integrators import integrator_from_config
-from hnnsym.physics.constrained import CONSTRAINED_SYSTEMS, coordinates_problem
+from hnnsym.physics.constrained import coordinates_problem
+from hnnsym.physics.pendulums import CONSTRAINED_SYSTEMS
 from hnnsym.physics.systems import MEASURED, system_from_config
 from hnnsym.training.checkpoints import (
     best_path,

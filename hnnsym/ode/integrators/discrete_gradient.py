@@ -2,7 +2,7 @@
 
     y_{n+1} = y_n + h J⁻¹ ∇̄H(y_{n+1}, y_n),
 
-with ∇̄H a discrete gradient of H (``hnnsym.ode.discrete_gradients``: Gonzalez's midpoint form, or
+with ∇̄H a discrete gradient of H (``hnnsym.ode.discrete_gradient_formulas``: Gonzalez's midpoint form, or
 the average vector field by Gauss–Legendre quadrature). Because H(u) − H(v) = ∇̄H(u, v)·(u − v)
 and J⁻¹ is skew, H(y_{n+1}) − H(y_n) = h ∇̄Hᵀ J⁻¹ ∇̄H = 0: the energy is conserved exactly, to the
 solver tolerance and rounding, for any H (a network included). Symmetric and of order 2; not
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from hnnsym.errors import IncompatibleError
-from hnnsym.ode.discrete_gradients import DISCRETE_GRADIENTS, discrete_gradient
+from hnnsym.ode.discrete_gradient_formulas import DISCRETE_GRADIENTS, discrete_gradient
 from hnnsym.ode.dynamics import hamiltonian_flow, symplectic_gradient
 from hnnsym.ode.integrators.stage_solver import FixedPoint
 from hnnsym.ode.problem import Problem

@@ -70,6 +70,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from hnnsym.errors import IncompatibleError, UserError
+from hnnsym.ode.capabilities import Capability, has
 from hnnsym.ode.dynamics import hamiltonian_gradient, has_hamiltonian
 from hnnsym.ode.integrators.stage_solver import FixedPoint, conclude
 from hnnsym.ode.problem import Problem, SolverStats
@@ -131,11 +132,10 @@ def constraint_jacobian(g: Callable[[Tensor], Tensor], q: Tensor, m: int, create
 
 def _G(H, q: Tensor, m: int, graph: bool) -> Tensor:
     """G(q) (B, m, n) of H's constraints: H's closed form ``position_constraints_jacobian(q)``
-    when it has one (differentiable by ordinary backward), else autograd."""
-    own = getattr(H, "position_constraints_jacobian", None)
-    if callable(own):
+    when it declares one (differentiable by ordinary backward), else autograd."""
+    if has(H, Capability.CONSTRAINT_JACOBIAN):
         with torch.set_grad_enabled(graph):
-            return own(q)
+            return H.position_constraints_jacobian(q)
     return constraint_jacobian(H.position_constraints, q, m, graph)
 
 
@@ -300,7 +300,7 @@ class Rattle:
         """Whether steps solve for the multipliers alone (H = ½pᵀM⁻¹p + V(q), constant M, which
         an H with ``mass_matrix()`` declares), or for all unknowns (``formulation``)."""
         if self.formulation == "auto":
-            return callable(getattr(H, "mass_matrix", None))
+            return has(H, Capability.MASS_MATRIX)
         return self.formulation == "multipliers"
 
     def strict(self) -> Rattle:
@@ -317,7 +317,7 @@ class Rattle:
                 f"integrator=rattle needs a Hamiltonian H(q, p), but {who} defines only a vector "
                 f"field; use another integrator (e.g. rk4)"
             )
-        if not callable(getattr(H, "position_constraints", None)):
+        if not has(H, Capability.CONSTRAINTS):
             raise IncompatibleError(
                 f"integrator=rattle needs a constrained H with position_constraints(q) (the "
                 f"holonomic g(q) = 0), but {who} has none; use a Cartesian constrained model "
@@ -350,7 +350,7 @@ class Rattle:
     def _check_separable(self, H, q: Tensor, p: Tensor, Hq: Tensor, Hp: Tensor, who: str) -> None:
         """The multiplier form needs ∇_p H = M⁻¹p and ∇_q H independent of p: checked at the
         initial states (q, p), where ∇H = (Hq, Hp)."""
-        if not callable(getattr(H, "mass_matrix", None)):
+        if not has(H, Capability.MASS_MATRIX):
             raise IncompatibleError(
                 f"integrator.formulation=multipliers needs an H with a constant mass_matrix() "
                 f"(H = ½pᵀM⁻¹p + V(q)), but {who} has none; use formulation=general or auto"

@@ -45,6 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from hnnsym.errors import FixedPointOverflowError, IncompatibleError
+from hnnsym.ode.capabilities import Capability, has
 from hnnsym.ode.dynamics import hamiltonian_flow
 from hnnsym.ode.problem import Problem
 
@@ -60,15 +61,14 @@ class Separable(nn.Module):
     """Declare a Hamiltonian separable, H(q, p) = T(p) + V(q), and split it.
 
     ``kinetic(p) = H(0, p)`` and ``potential(q) = H(q, 0)`` equal T and V up to constants, which no
-    force sees. Wrap analytic systems with it, e.g. ``Separable(hnnsym.physics.systems.henon_heiles())``;
-    models that define ``kinetic``/``potential`` (``SeparableHNN``) need no wrapper. Nothing checks
+    force sees. Wrap a plain callable H with it, e.g. ``Separable(lambda y: ...)``; what declares
+    ``SEPARABLE`` itself (``SeparableHNN``, a ``System`` with ``separable=True``, a separable
+    ``SymbolicModel``) needs no wrapper. Nothing checks
     that H really is separable: for a non-separable H the forces would silently be wrong.
     ``kinetic_grad(p)``/``potential_grad(q)``, (B, d) -> (B, d), if given, are used as T' and V'
     instead of autograd (several times faster for small analytic systems; torch ops, so they stay
     differentiable).
     """
-
-    separable = True
 
     def __init__(
         self,
@@ -78,40 +78,50 @@ class Separable(nn.Module):
     ):
         super().__init__()
         self.H = H
-        if kinetic_grad is not None:
-            self.kinetic_grad = kinetic_grad
-        if potential_grad is not None:
-            self.potential_grad = potential_grad
+        self.kinetic_grad, self.potential_grad = kinetic_grad, potential_grad
+        self.capabilities = frozenset(
+            {Capability.HAMILTONIAN, Capability.SEPARABLE}
+            | ({Capability.KINETIC_GRADIENT} if kinetic_grad is not None else set())
+            | ({Capability.POTENTIAL_GRADIENT} if potential_grad is not None else set())
+        )
 
     def forward(self, y: Tensor) -> Tensor:
         return self.H(y)
 
     def kinetic(self, p: Tensor) -> Tensor:
-        return self.H(torch.cat([torch.zeros_like(p), p], -1))
+        return kinetic_part(self.H, p)
 
     def potential(self, q: Tensor) -> Tensor:
-        return self.H(torch.cat([q, torch.zeros_like(q)], -1))
+        return potential_part(self.H, q)
+
+
+def kinetic_part(H: Callable[[Tensor], Tensor], p: Tensor) -> Tensor:
+    """T(p) = H(0, p) of a separable H, for momenta (..., d) -> (...) (T up to a constant)."""
+    return H(torch.cat([torch.zeros_like(p), p], -1))
+
+
+def potential_part(H: Callable[[Tensor], Tensor], q: Tensor) -> Tensor:
+    """V(q) = H(q, 0) of a separable H, for positions (..., d) -> (...) (V up to a constant)."""
+    return H(torch.cat([q, torch.zeros_like(q)], -1))
 
 
 def as_separable(H: Callable[[Tensor], Tensor], who: str = "integrator=reversible_leapfrog"):
-    """H itself when it has ``kinetic``/``potential``, else ``Separable(H)``; raises
-    ``IncompatibleError`` unless H declares ``separable = True`` and its flow is J⁻¹∇H."""
+    """H itself, which declares ``SEPARABLE`` (so has ``kinetic``/``potential``); raises
+    ``IncompatibleError`` unless it does and its flow is J⁻¹∇H."""
     if not hamiltonian_flow(H):
         raise IncompatibleError(
             f"{who} steps the forces T'(p), V'(q) of a Hamiltonian flow, but "
             f"{getattr(H, 'name', type(H).__name__)} has a vector field of its own (dissipative or "
             f"without H); use integrator=implicit_midpoint, gauss_legendre4 or rk4"
         )
-    if not getattr(H, "separable", False):
+    if not has(H, Capability.SEPARABLE):
         name = getattr(H, "name", type(H).__name__)
         raise IncompatibleError(
             f"{who} needs a separable H(q, p) = T(p) + V(q), but {name} does not declare "
-            f"separable=True; use model=separable_hnn, or wrap an analytic separable system as "
+            f"itself separable; use model=separable_hnn, or wrap an analytic separable system as "
             f"hnnsym.ode.integrators.Separable(system)"
         )
-    if callable(getattr(H, "kinetic", None)) and callable(getattr(H, "potential", None)):
-        return H
-    return Separable(H)
+    return H
 
 
 def _partial_gradient(fn: Callable[[Tensor], Tensor], x: Tensor, create_graph: bool) -> Tensor:
@@ -238,14 +248,13 @@ class ReversibleLeapfrog:
         Hs = as_separable(H)
 
         def force(explicit, energy):
-            if callable(explicit):
+            if explicit is not None:
                 return lambda x, graph=False: explicit(x)
             return lambda x, graph=False: _partial_gradient(energy, x, graph)
 
-        return (
-            force(getattr(Hs, "kinetic_grad", None), Hs.kinetic),
-            force(getattr(Hs, "potential_grad", None), Hs.potential),
-        )
+        dT = Hs.kinetic_grad if has(Hs, Capability.KINETIC_GRADIENT) else None
+        dV = Hs.potential_grad if has(Hs, Capability.POTENTIAL_GRADIENT) else None
+        return force(dT, Hs.kinetic), force(dV, Hs.potential)
 
     def advance(self, H, x: Tensor, h: float, steps: int) -> Tensor:
         """``steps`` steps of size h (either sign) on an int64 state x (B, 2d) -> int64 (B, 2d).

@@ -35,28 +35,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from hnnsym.ode.dynamics import hamiltonian_gradient
+
 Scalar = Callable[[Tensor], Tensor]  # (B, n) -> (B,)
 
 DISCRETE_GRADIENTS = ("gonzalez", "avf")
 
 
-def gradient(V: Scalar, x: Tensor, create_graph: bool | None = None) -> Tensor:
-    """∇V(x) for x (B, n) -> (B, n): V's own ``energy_gradient(x)`` (closed form) when it has one
-    that answers, else autograd. A graph through x and V's parameters with ``create_graph``
-    (default: whether grad mode is on). Works under ``torch.no_grad()``."""
-    if create_graph is None:
-        create_graph = torch.is_grad_enabled()
-    closed = getattr(V, "energy_gradient", None)
-    if callable(closed):
-        with torch.set_grad_enabled(create_graph):
-            grad = closed(x)
-        if grad is not None:
-            return grad
-    with torch.enable_grad():
-        if not x.requires_grad:
-            x = x.detach().requires_grad_(True)
-        (grad,) = torch.autograd.grad(V(x).sum(), x, create_graph=create_graph)
-    return grad
+# ∇V(x) (B, n) -> (B, n) of any scalar V: V's closed form when it declares ``ENERGY_GRADIENT`` (and
+# it answers), else autograd; a graph through x and V's parameters with ``create_graph``.
+gradient = hamiltonian_gradient
 
 
 def coincidence_threshold(m: Tensor) -> Tensor:
