@@ -30,8 +30,10 @@ import torch
 from torch import Tensor, nn
 from torch.nn.functional import softplus
 
+from hnnsym.ode.capabilities import Capability
 from hnnsym.ode.dynamics import dissipative_field, hamiltonian_gradient
 from hnnsym.ode.solve import integrate
+from hnnsym.physics.capabilities import ModelCapability
 from hnnsym.physics.models import PeriodicInputs, mlp, periodic_indices
 
 DAMPING_KINDS = ("none", "constant", "state")
@@ -41,7 +43,9 @@ class LagrangianModel(nn.Module):
     """M_θ(q) (Cholesky network), V_θ(q) and R_θ(q) over d generalised coordinates; a model of
     states (q, p), p = M_θ(q) q̇."""
 
-    separable = False
+    capabilities = frozenset(
+        {Capability.HAMILTONIAN, Capability.OWN_FIELD, ModelCapability.DAMPING}
+    )
 
     def __init__(
         self,
