@@ -33,6 +33,8 @@ class FixedPoint:
     tol: float | None = None
     max_iter: int = 50
     on_fail: str = "raise"
+    # sweeps the latest call needed, per kind of iteration: the next call's first batch
+    _sweeps: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.on_fail not in ON_FAIL:
@@ -61,30 +63,55 @@ class FixedPoint:
         size is the first change; the distance to the fixed point is then estimated from the
         contraction θ = |Δx_k| / |Δx_{k-1}| as θ/(1-θ) |Δx_k| (Hairer & Wanner, IV.8), which can
         stop an iteration earlier than |Δx_k| alone.
+
+        Without a host sync per iteration: the sweeps run in batches, as many as the previous
+        call of the same kind needed, their changes stay on the device and are read back once per
+        batch; the iterate returned is the first that meets the tolerance (later sweeps of the
+        batch are dropped, graph and all), then one sweep per read-back. So the result is the
+        iteration stopped at the first converged sweep, bit for bit, whatever the batch size.
         """
         tol = self.tolerance(x.dtype)
-        residual = float("inf")
-        previous = float(x.detach().abs().max() * scale) if x_from_zero else None
-        if previous is not None and relative:
-            previous = 1.0
-        it = 0
-        while it < self.max_iter:
-            it += 1
-            x_new = g(x)
+        kind = (relative, x_from_zero)
+        iterates, changes = [x], []
+        if x_from_zero:  # the first change, |g(0) − 0|: x's own size (1 when relative)
             with torch.no_grad():
-                change = torch.linalg.vector_norm(x_new - x, math.inf) * scale
-            if relative:
-                change = change / (x_new.detach().abs().max() * scale).clamp_min(1e-300)
-            residual = float(change)
-            if previous is not None and 0 < previous and residual < previous:
-                theta = residual / previous
-                residual = min(residual, theta / (1 - theta) * residual)
-            previous = float(change) if x_from_zero else None
-            x = x_new
-            if not residual > tol:  # also stops on NaN, reported below
+                changes.append(x.detach().abs().max() * scale)
+        sizes: list[float] = []  # the changes read back so far (x_from_zero: the first is g(0)'s)
+        batch = max(1, min(self._sweeps.get(kind, 1), self.max_iter))
+        done, residual = 0, float("inf")  # sweeps whose changes have been judged
+        while True:
+            for _ in range(min(batch, self.max_iter - (len(iterates) - 1))):
+                x_new = g(iterates[-1])
+                with torch.no_grad():
+                    change = torch.linalg.vector_norm(x_new - iterates[-1], math.inf) * scale
+                    if relative:
+                        change = change / (x_new.detach().abs().max() * scale).clamp_min(1e-300)
+                iterates.append(x_new)
+                changes.append(change)
+            new = changes[len(sizes) :]  # read back in one sync per batch
+            sizes += [new[0].item()] if len(new) == 1 else torch.stack(new).tolist()
+            stop = None
+            offset = 1 if x_from_zero else 0
+            for it in range(done + 1, len(iterates)):
+                done = it
+                residual = sizes[offset + it - 1]
+                previous = sizes[offset + it - 2] if x_from_zero else None
+                if x_from_zero and relative and it == 1:
+                    previous = 1.0
+                if previous is not None and 0 < previous and residual < previous:
+                    theta = residual / previous
+                    residual = min(residual, theta / (1 - theta) * residual)
+                if not residual > tol:  # also stops on NaN, reported below
+                    stop = it
+                    break
+            if stop is not None or len(iterates) - 1 >= self.max_iter:
                 break
+            batch = 1
+        it = stop if stop is not None else len(iterates) - 1
+        if stop is not None:
+            self._sweeps[kind] = it
         conclude("fixed-point iteration", it, residual, tol, where, self.on_fail, stats)
-        return x
+        return iterates[it]
 
 
 def conclude(
