@@ -1,5 +1,6 @@
-"""The stage solver without a host sync per iteration: its batched sweeps stop at the same sweep,
-bit for bit, as checking after every sweep would."""
+"""The stage solver without a host sync per iteration (its batched sweeps stop at the same sweep,
+bit for bit, as checking after every sweep would), and the exact gradients on every device
+(``make gpu-check`` runs the CUDA cases)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import torch
 from hnnsym.errors import ConvergenceError
 from hnnsym.ode.integrators.stage_solver import FixedPoint
 from hnnsym.ode.problem import SolverStats
+from hnnsym.ode.running import StepLoss
+from hnnsym.ode.solve import solve_loss
+from hnnsym.physics.models import HNN
 
 
 def _per_sweep(g, x, tol, max_iter, scale=1.0):
@@ -68,3 +72,39 @@ def test_unconverged_iteration_still_raises():
     solver = FixedPoint(tol=1e-12, max_iter=3)
     with pytest.raises(ConvergenceError, match="after 3 iterations"):
         solver.iterate(lambda x: 0.9 * x + 1.0, torch.zeros(2, dtype=torch.float64))
+
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+    ),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("integrator", ["implicit_midpoint", "gauss_legendre4"])
+def test_exact_gradients_agree_on_the_device(device, integrator):
+    """backprop = checkpoint = symplectic_adjoint to 1e-10 in float64 on ``device`` (what
+    ``make gpu-check`` runs on CUDA), through the fused running loss of training."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = HNN(1, hidden=(16, 16)).to(device=device, dtype=torch.float64)
+        y0 = torch.randn(32, 2, dtype=torch.float64, device=device)
+        target = torch.randn(17, 32, 2, dtype=torch.float64, device=device)
+    with torch.no_grad():
+        model.net[-1].weight.mul_(5.0)  # states that move over the run
+    params = list(model.parameters())
+    grads = {}
+    for method in ("backprop", "checkpoint", "symplectic_adjoint"):
+        loss = StepLoss(target, scale=1.0 / target.numel())
+        value = solve_loss(model, y0, 0.01, 16, loss, integrator, method).value
+        g = torch.autograd.grad(value, params, allow_unused=True)
+        grads[method] = torch.cat(
+            [(torch.zeros_like(p) if x is None else x).flatten() for x, p in zip(g, params)]
+        )
+    ref = grads["backprop"]
+    assert ref.device.type == device and ref.abs().max() > 0
+    for method in ("checkpoint", "symplectic_adjoint"):
+        err = (grads[method] - ref).norm() / ref.norm()
+        assert err < 1e-10, (method, float(err))
