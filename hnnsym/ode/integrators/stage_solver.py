@@ -73,23 +73,29 @@ class FixedPoint:
         tol = self.tolerance(x.dtype)
         kind = (relative, x_from_zero)
         iterates, changes = [x], []
+        on_device = isinstance(scale, Tensor)
+        factor = 1.0 if relative or on_device else float(scale)
         if x_from_zero:  # the first change, |g(0) − 0|: x's own size (1 when relative)
             with torch.no_grad():
-                changes.append(x.detach().abs().max() * scale)
+                first = x.detach().abs().max()
+                changes.append(first * scale if on_device and not relative else first)
         sizes: list[float] = []  # the changes read back so far (x_from_zero: the first is g(0)'s)
         batch = max(1, min(self._sweeps.get(kind, 1), self.max_iter))
         done, residual = 0, float("inf")  # sweeps whose changes have been judged
         while True:
             for _ in range(min(batch, self.max_iter - (len(iterates) - 1))):
                 x_new = g(iterates[-1])
-                with torch.no_grad():
-                    change = torch.linalg.vector_norm(x_new - iterates[-1], math.inf) * scale
+                with torch.no_grad():  # a number ``scale`` multiplies on the host, read back
+                    change = torch.linalg.vector_norm(x_new - iterates[-1], math.inf)
                     if relative:
-                        change = change / (x_new.detach().abs().max() * scale).clamp_min(1e-300)
+                        change = change / x_new.detach().abs().max().clamp_min(1e-300)
+                    elif on_device:
+                        change = change * scale
                 iterates.append(x_new)
                 changes.append(change)
             new = changes[len(sizes) :]  # read back in one sync per batch
-            sizes += [new[0].item()] if len(new) == 1 else torch.stack(new).tolist()
+            read = [new[0].item()] if len(new) == 1 else torch.stack(new).tolist()
+            sizes += [factor * v for v in read]
             stop = None
             offset = 1 if x_from_zero else 0
             for it in range(done + 1, len(iterates)):
@@ -345,7 +351,7 @@ def _extrapolate(previous: Sequence[Tensor]) -> Tensor:
         return previous[-1]
     if len(previous) == 2:
         return 2 * previous[-1] - previous[-2]
-    return 3 * (previous[-1] - previous[-2]) + previous[-3]
+    return torch.add(previous[-3], previous[-1] - previous[-2], alpha=3)  # two ops, not three
 
 
 def _evaluation_order(t: Tableau, separable: bool) -> list[tuple[int, str]] | None:
