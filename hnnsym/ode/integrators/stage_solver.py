@@ -205,14 +205,14 @@ class RungeKutta:
         n_q = y.shape[-1] // 2
         out: list[Tensor] = []
         previous = tuple(previous) if self.predictor == "extrapolate" else ()
+        f, separable = problem.f, problem.separable  # the same for every step
         for n in range(start, end):
             guess = None
             if problem.guess is not None and self.predictor == "observed":
                 guess = problem.guess[n + 1]
             K = self.solve_stages(
-                problem.f, y, problem.h, n_q, problem.separable, guess, problem.stats,
-                f"at step {n}", previous,
-            )  # fmt: skip
+                f, y, problem.h, n_q, separable, guess, problem.stats, f"at step {n}", previous
+            )
             y = self.update(y, K, problem.h, n_q)
             out.append(y)
             if self.predictor == "extrapolate":
