@@ -354,15 +354,16 @@ def _plot(df, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     jax_t = df[df.side == "jax"].set_index(["round", "steps"]).seconds
-    fig, ax = plt.subplots(figsize=(6, 3.5))
     labels, values = [], []
     for (side, method, steps), sel in df[df.side != "jax"].groupby(["side", "method", "steps"]):
-        labels.append(f"{side}\n{method}\n{steps} steps")
+        labels.append(f"{side} {method}, {steps} steps")
         values.append((sel.set_index(["round", "steps"]).seconds / jax_t).median())
-    ax.bar(range(len(values)), values)
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks(range(len(values)), labels, fontsize=6)
-    ax.set_ylabel("time / JAX time")
+    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.35 * len(values)))
+    ax.barh(range(len(values)), values)
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_yticks(range(len(values)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time per iteration / JAX's (median over rounds)")
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)
