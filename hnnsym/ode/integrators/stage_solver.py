@@ -246,7 +246,8 @@ class RungeKutta:
         """y' = y + h Σ_i b_i K_i (b_q on q, b_p on p)."""
         if not self._partitioned:
             if self.tableau.stages == 1:
-                return torch.add(y, K[0], alpha=h * self.tableau.b_q[0])
+                # a view, not K[0]: select's backward allocates and fills a zero tensor
+                return torch.add(y, K.reshape(y.shape), alpha=h * self.tableau.b_q[0])
             _, b, _, _ = self.tableau.coefficients(y.dtype, y.device)
             return torch.add(y, torch.tensordot(b, K, 1), alpha=h)
         _, b_q, _, b_p = self.tableau.coefficients(y.dtype, y.device)
