@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 TORCH := torch==2.13.0
 
-.PHONY: install test test-slurm lint format docs demo example-data bench bench-train-time figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum table-chain real-data clean
+.PHONY: install test test-slurm lint format docs demo example-data bench bench-peer gpu-check bench-train-time figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum table-chain real-data clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -69,9 +69,10 @@ figure5: install
 
 # Benchmarks (figures in outputs/profile/.../profile.{csv,md,png}): the headline ratios to backprop
 # at 32 and 1024 steps, the memory at 1024 and 8192 steps (keep_every=sqrt), the profile for every
-# Gauss–Legendre order, the reversible round trip at 1e6 steps, RATTLE over 1e5 steps, and the
-# training time of make table1's runs against 52db500 (before the training speed-ups).
-bench: install
+# Gauss–Legendre order, the reversible round trip at 1e6 steps, RATTLE over 1e5 steps, the
+# training time of make table1's runs against 52db500 (before the training speed-ups), and the
+# training iteration against its jitted JAX peer (bench-peer).
+bench: install bench-peer
 	$(PY) -m hnnsym.profile 'profile.steps=[32,1024]'
 	$(call docs_table,outputs/profile/coupled_oscillator/implicit_midpoint/profile.md,profile,bench)
 	$(PY) -m hnnsym.profile experiment=profile_memory
@@ -79,6 +80,21 @@ bench: install
 	$(PY) benchmarks/reversible_roundtrip.py
 	$(PY) benchmarks/rattle_long_run.py
 	$(PY) benchmarks/train_time.py --before 52db500
+
+# One training iteration against the same in jitted JAX, interleaved, pinned, one thread
+# (benchmarks/peer_jax.py; outputs/bench/peer/peer.{csv,md,png}); needs the peer extra.
+bench-peer: install
+	$(PY) -m pip install --quiet -e '.[peer]'
+	$(PY) benchmarks/peer_jax.py
+
+# On a CUDA machine: the exact-gradient tests on the device and the profile there; a skip
+# message (exit 0) without one.
+gpu-check:
+	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
+		$(PY) -m pytest -q tests/test_compiled.py tests/test_exact_gradients.py && \
+		$(PY) -m hnnsym.profile device=cuda 'profile.steps=[32,256]' profile.subprocess=false \
+			profile.torchdiffeq=false run_dir=outputs/profile/gpu_check; \
+	else echo "gpu-check: skipped, no CUDA device (torch.cuda.is_available() is False)"; fi
 
 # Training time of make table1's runs against 52db500 (before the training speed-ups) (outputs/bench/train_time)
 bench-train-time: install

@@ -33,6 +33,8 @@ class FixedPoint:
     tol: float | None = None
     max_iter: int = 50
     on_fail: str = "raise"
+    # sweeps the latest call needed, per kind of iteration: the next call's first batch
+    _sweeps: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.on_fail not in ON_FAIL:
@@ -61,30 +63,61 @@ class FixedPoint:
         size is the first change; the distance to the fixed point is then estimated from the
         contraction θ = |Δx_k| / |Δx_{k-1}| as θ/(1-θ) |Δx_k| (Hairer & Wanner, IV.8), which can
         stop an iteration earlier than |Δx_k| alone.
+
+        Without a host sync per iteration: the sweeps run in batches, as many as the previous
+        call of the same kind needed, their changes stay on the device and are read back once per
+        batch; the iterate returned is the first that meets the tolerance (later sweeps of the
+        batch are dropped, graph and all), then one sweep per read-back. So the result is the
+        iteration stopped at the first converged sweep, bit for bit, whatever the batch size.
         """
         tol = self.tolerance(x.dtype)
-        residual = float("inf")
-        previous = float(x.detach().abs().max() * scale) if x_from_zero else None
-        if previous is not None and relative:
-            previous = 1.0
-        it = 0
-        while it < self.max_iter:
-            it += 1
-            x_new = g(x)
+        kind = (relative, x_from_zero)
+        iterates, changes = [x], []
+        on_device = isinstance(scale, Tensor)
+        factor = 1.0 if relative or on_device else float(scale)
+        if x_from_zero:  # the first change, |g(0) − 0|: x's own size (1 when relative)
             with torch.no_grad():
-                change = torch.linalg.vector_norm(x_new - x, math.inf) * scale
-            if relative:
-                change = change / (x_new.detach().abs().max() * scale).clamp_min(1e-300)
-            residual = float(change)
-            if previous is not None and 0 < previous and residual < previous:
-                theta = residual / previous
-                residual = min(residual, theta / (1 - theta) * residual)
-            previous = float(change) if x_from_zero else None
-            x = x_new
-            if not residual > tol:  # also stops on NaN, reported below
+                first = x.detach().abs().max()
+                changes.append(first * scale if on_device and not relative else first)
+        sizes: list[float] = []  # the changes read back so far (x_from_zero: the first is g(0)'s)
+        batch = max(1, min(self._sweeps.get(kind, 1), self.max_iter))
+        done, residual = 0, float("inf")  # sweeps whose changes have been judged
+        while True:
+            for _ in range(min(batch, self.max_iter - (len(iterates) - 1))):
+                x_new = g(iterates[-1])
+                with torch.no_grad():  # a number ``scale`` multiplies on the host, read back
+                    change = torch.linalg.vector_norm(x_new - iterates[-1], math.inf)
+                    if relative:
+                        change = change / x_new.detach().abs().max().clamp_min(1e-300)
+                    elif on_device:
+                        change = change * scale
+                iterates.append(x_new)
+                changes.append(change)
+            new = changes[len(sizes) :]  # read back in one sync per batch
+            read = [new[0].item()] if len(new) == 1 else torch.stack(new).tolist()
+            sizes += [factor * v for v in read]
+            stop = None
+            offset = 1 if x_from_zero else 0
+            for it in range(done + 1, len(iterates)):
+                done = it
+                residual = sizes[offset + it - 1]
+                previous = sizes[offset + it - 2] if x_from_zero else None
+                if x_from_zero and relative and it == 1:
+                    previous = 1.0
+                if previous is not None and 0 < previous and residual < previous:
+                    theta = residual / previous
+                    residual = min(residual, theta / (1 - theta) * residual)
+                if not residual > tol:  # also stops on NaN, reported below
+                    stop = it
+                    break
+            if stop is not None or len(iterates) - 1 >= self.max_iter:
                 break
+            batch = 1
+        it = stop if stop is not None else len(iterates) - 1
+        if stop is not None:
+            self._sweeps[kind] = it
         conclude("fixed-point iteration", it, residual, tol, where, self.on_fail, stats)
-        return x
+        return iterates[it]
 
 
 def conclude(
@@ -172,14 +205,14 @@ class RungeKutta:
         n_q = y.shape[-1] // 2
         out: list[Tensor] = []
         previous = tuple(previous) if self.predictor == "extrapolate" else ()
+        f, separable = problem.f, problem.separable  # the same for every step
         for n in range(start, end):
             guess = None
             if problem.guess is not None and self.predictor == "observed":
                 guess = problem.guess[n + 1]
             K = self.solve_stages(
-                problem.f, y, problem.h, n_q, problem.separable, guess, problem.stats,
-                f"at step {n}", previous,
-            )  # fmt: skip
+                f, y, problem.h, n_q, separable, guess, problem.stats, f"at step {n}", previous
+            )
             y = self.update(y, K, problem.h, n_q)
             out.append(y)
             if self.predictor == "extrapolate":
@@ -213,7 +246,8 @@ class RungeKutta:
         """y' = y + h Σ_i b_i K_i (b_q on q, b_p on p)."""
         if not self._partitioned:
             if self.tableau.stages == 1:
-                return torch.add(y, K[0], alpha=h * self.tableau.b_q[0])
+                # a view, not K[0]: select's backward allocates and fills a zero tensor
+                return torch.add(y, K.reshape(y.shape), alpha=h * self.tableau.b_q[0])
             _, b, _, _ = self.tableau.coefficients(y.dtype, y.device)
             return torch.add(y, torch.tensordot(b, K, 1), alpha=h)
         _, b_q, _, b_p = self.tableau.coefficients(y.dtype, y.device)
@@ -318,7 +352,7 @@ def _extrapolate(previous: Sequence[Tensor]) -> Tensor:
         return previous[-1]
     if len(previous) == 2:
         return 2 * previous[-1] - previous[-2]
-    return 3 * (previous[-1] - previous[-2]) + previous[-3]
+    return torch.add(previous[-3], previous[-1] - previous[-2], alpha=3)  # two ops, not three
 
 
 def _evaluation_order(t: Tableau, separable: bool) -> list[tuple[int, str]] | None:
