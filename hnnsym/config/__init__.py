@@ -5,3 +5,12 @@ the package (``hnnsym/conf``): the one place that knows where they are."""
 from pathlib import Path
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def _register() -> None:
+    from hnnsym.config.schemas import register_configs
+
+    register_configs()
+
+
+_register()

@@ -18,7 +18,14 @@ from hnnsym.artifacts import (
     remove_stale_temporaries,
     write_text,
 )
-from hnnsym.config.build import build_model, build_optimizer, build_run_loss, build_scheduler
+from hnnsym.config.build import (
+    build_gradient,
+    build_integrator,
+    build_model,
+    build_optimizer,
+    build_run_loss,
+    build_scheduler,
+)
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import read_dataset
@@ -26,8 +33,6 @@ from hnnsym.data.units import Units
 from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
 from hnnsym.launchers import requeued
-from hnnsym.ode.gradients import gradient_from_config
-from hnnsym.ode.integrators import integrator_from_config
 from hnnsym.physics.constrained import CONSTRAINED_SYSTEMS, coordinates_problem
 from hnnsym.physics.systems import MEASURED, system_from_config
 from hnnsym.training.checkpoints import (
@@ -41,7 +46,6 @@ from hnnsym.training.losses import LearnedStarts, LossContext, data_problem
 from hnnsym.training.trainer import (
     TrainData,
     Trainer,
-    TrainOptions,
     TrainState,
     few_steps_advice,
     steps_per_epoch,
@@ -195,8 +199,8 @@ def build_trainer(
     val_window = t.window if t.val_window is None else t.val_window
     val_windows = random_windows(val, val_window, torch.arange(val.shape[0]), val_generator)
     try:
-        integrator = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
-        gradient = gradient_from_config(OmegaConf.to_container(cfg.gradient, resolve=True))
+        integrator = build_integrator(cfg.integrator)
+        gradient = build_gradient(cfg.gradient)
     except ValueError as err:
         raise UserError(str(err)) from err
     context = LossContext(integrator, gradient, obs_dt, int(t.substeps), int(t.segments),
@@ -225,6 +229,6 @@ def build_trainer(
         starts = LearnedStarts(trajectories, t.segments, lr)
     return Trainer(
         model, loss, optimizer, scheduler,
-        TrainData(trajectories, val_windows, generator), TrainOptions.from_config(t), run_dir,
+        TrainData(trajectories, val_windows, generator), OmegaConf.to_object(t), run_dir,
         provenance(container, model_cfg, dim, system, data_file), starts,
     )  # fmt: skip
