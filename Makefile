@@ -106,6 +106,8 @@ T1_SEEDS := 0 1 2
 comma := ,
 empty :=
 space := $(empty) $(empty)
+# $(call csv,a b c): a,b,c (a multirun's sweep)
+csv = $(subst $(space),$(comma),$(strip $(1)))
 T1_AXES = system=$(subst $(space),$(comma),$(T1_SYSTEMS)) seed=$(subst $(space),$(comma),$(T1_SEEDS))
 T1_METHODS := table1,table1_long,table1_smoothed,table1_ema,table1_shnn,table1_nssnn,table1_hnn_derivative,table1_node
 NOISE_METHODS := table1,table1_smoothed,table1_ema,table1_shnn,table1_nssnn
@@ -169,10 +171,9 @@ table-ddlm: install
 	  test -f data/ddlm/$$s/$$n/seed$${k}_q.h5 || \
 	    $(PY) -m hnnsym.generate experiment=ddlm_$$s noise=$$n seed=$$k || exit 1; \
 	done; done; done
-	for s in $(DDLM_SYSTEMS); do \
-	  $(PY) -m hnnsym.train -m experiment=ddlm_$$s $(DDLM_AXES) || exit 1; \
-	  $(PY) -m hnnsym.evaluate -m experiment=ddlm_$$s $(DDLM_AXES) eval.figures=false || exit 1; \
-	done
+	$(PY) -m hnnsym.train -m experiment=$(call csv,$(addprefix ddlm_,$(DDLM_SYSTEMS))) $(DDLM_AXES)
+	$(PY) -m hnnsym.evaluate -m experiment=$(call csv,$(addprefix ddlm_,$(DDLM_SYSTEMS))) \
+	  $(DDLM_AXES) eval.figures=false
 	$(PY) -m hnnsym.table_ddlm report.runs=outputs/ddlm
 	$(call docs_table,results/table_ddlm.md,table_ddlm,table-ddlm)
 	$(PY) benchmarks/ddlm_energy_floor.py
@@ -209,9 +210,10 @@ CHAIN_LINKS ?= 1 2 3 4 5
 CHAIN_SEEDS ?= 0 1 2
 CHAIN_EPOCHS ?= 100
 CHAIN_MODELS ?= chnn clnn $(if $(filter chain_pendulum,$(CHAIN_SYSTEM)),hnn) node
-# (also chnn_rattle: CHNN trained and rolled out by RATTLE at h = dt/2 with the symplectic adjoint,
-# and chnn_rattle4: by RATTLE composed to order 4 (integrator.composition=suzuki, five substeps) at
-# h = dt; Newton tol 1e-5 in float32 training, the default 1e-12 in the float64 evaluation)
+# each model an experiment, hnnsym/conf/experiment/chain_<model>.yaml (also chnn_rattle: CHNN
+# trained and rolled out by RATTLE at h = dt/2 with the symplectic adjoint, and chnn_rattle4: by
+# RATTLE composed to order 4 at h = dt; Newton tol 1e-5 in float32 training, the default 1e-12 in
+# the float64 evaluation: integrator.tol=null below)
 CHAIN_NOISE ?= none
 # observation steps of the test trajectories: 100 (3 s, the reference's horizon); more (1000: 30 s)
 # needs another CHAIN_DATA (an existing data file is kept as it is), and each run is then also
@@ -221,11 +223,12 @@ CHAIN_TEST_STEPS ?= 100
 CHAIN_DATA ?= data/$(if $(filter coupled_pendulum,$(CHAIN_SYSTEM)),coupled,chain)
 CHAIN_OUT ?= outputs/$(if $(filter coupled_pendulum,$(CHAIN_SYSTEM)),coupled,chain)
 CHAIN_TAG = $(if $(filter none,$(CHAIN_NOISE)),,_$(CHAIN_NOISE))
-# the reference's optimizer and windows, no weight average (method=chnn / clnn set them; the
-# baselines take them here)
-CHAIN_TRAIN = train.epochs=$(CHAIN_EPOCHS) train.window=4 train.batch_size=200 train.lr=3e-3 \
-  train.weight_decay=1e-4 train.optimizer._target_=torch.optim.AdamW train.schedule=cosine \
-  train.early_stop.patience=1000000 train.resume=auto train.ema=null
+CHAIN_SWEEP = experiment=$(call csv,$(addprefix chain_,$(CHAIN_MODELS))) \
+  $(if $(filter coupled_pendulum,$(CHAIN_SYSTEM)),system=coupled_pendulum) \
+  system.params.$(CHAIN_SIZE)=$(call csv,$(CHAIN_LINKS)) seed=$(call csv,$(CHAIN_SEEDS)) \
+  noise=$(CHAIN_NOISE) train.epochs=$(CHAIN_EPOCHS) \
+  'data_dir=$(CHAIN_DATA)$${system.params.$(CHAIN_SIZE)}' \
+  'run_dir=$(CHAIN_OUT)$${system.params.$(CHAIN_SIZE)}/$${chain_run}$(CHAIN_TAG)/seed$${seed}'
 
 chain-pendulum: install
 	@echo "chain-pendulum: $(CHAIN_SYSTEM), $(CHAIN_MODELS) for N in $(CHAIN_LINKS), seeds $(CHAIN_SEEDS), noise $(CHAIN_NOISE),"
@@ -238,26 +241,11 @@ chain-pendulum: install
 	      system.params.$(CHAIN_SIZE)=$$N noise=$(CHAIN_NOISE) seed=$$k data_dir=$(CHAIN_DATA)$$N \
 	      generate.test_steps=$(CHAIN_TEST_STEPS) || exit 1; \
 	  done; \
-	  for run in $(CHAIN_MODELS); do \
-	    tol=; args="system.params.$(CHAIN_SIZE)=$$N noise=$(CHAIN_NOISE) seed=$$k data_dir=$(CHAIN_DATA)$$N run_dir=$(CHAIN_OUT)$$N/$${run}$(CHAIN_TAG)/seed$$k"; \
-	    case $$run in \
-	      chnn|clnn) extra="system=$(CHAIN_SYSTEM) method=$$run train.epochs=$(CHAIN_EPOCHS) train.resume=auto";; \
-	      chnn_rattle) extra="system=$(CHAIN_SYSTEM) method=chnn integrator=rattle gradient=symplectic_adjoint \
-	        train.substeps=2 train.epochs=$(CHAIN_EPOCHS) train.resume=auto"; tol=integrator.tol=1e-5;; \
-	      chnn_rattle4) extra="system=$(CHAIN_SYSTEM) method=chnn integrator=rattle gradient=symplectic_adjoint \
-	        integrator.composition=suzuki train.epochs=$(CHAIN_EPOCHS) train.resume=auto"; tol=integrator.tol=1e-5;; \
-	      hnn) [ $(CHAIN_SYSTEM) = chain_pendulum ] || { \
-	        echo "CHAIN_MODELS: hnn learns in angles, which only CHAIN_SYSTEM=chain_pendulum has"; exit 1; }; \
-	        extra="system=chain_pendulum_angles model=hnn model.hidden=[256,256,256] integrator=rk4 gradient=backprop $(CHAIN_TRAIN)";; \
-	      node) extra="system=$(CHAIN_SYSTEM) method=node model.hidden=[256,256,256] $(CHAIN_TRAIN)";; \
-	      *) echo "CHAIN_MODELS: $$run is not one of chnn chnn_rattle chnn_rattle4 clnn hnn node"; exit 1;; \
-	    esac; \
-	    $(PY) -m hnnsym.train $$extra $$tol $$args train.progress=false || exit 1; \
-	    $(PY) -m hnnsym.evaluate $$extra $$args || exit 1; \
-	    if [ $(CHAIN_TEST_STEPS) -gt 100 ]; then $(PY) -m hnnsym.evaluate $$extra $$args \
-	      eval.rollout_steps=100 eval.out_dir=$(CHAIN_OUT)$$N/$${run}$(CHAIN_TAG)/seed$$k/eval_3s || exit 1; fi; \
-	  done; \
 	done; done
+	$(PY) -m hnnsym.train -m $(CHAIN_SWEEP)
+	$(PY) -m hnnsym.evaluate -m $(CHAIN_SWEEP) integrator.tol=null
+	if [ $(CHAIN_TEST_STEPS) -gt 100 ]; then $(PY) -m hnnsym.evaluate -m $(CHAIN_SWEEP) \
+	  integrator.tol=null eval.rollout_steps=100 'eval.out_dir=$${run_dir}/eval_3s' || exit 1; fi
 	$(MAKE) --no-print-directory -o install table-chain
 
 # the table of every run under $(CHAIN_OUT)* beside the reference's (results/table_chain.{csv,md}),

@@ -22,13 +22,12 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from hnnsym.config.build import model_from_checkpoint
+from hnnsym.config.build import build_integrator, model_from_checkpoint
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.units import Units
 from hnnsym.errors import UserError
 from hnnsym.evaluation.measured import Predictor
 from hnnsym.evaluation.positions import prediction_scheme
-from hnnsym.ode.integrators import integrator_from_config
 from hnnsym.physics.models import is_position_model
 from hnnsym.training.checkpoints import load_checkpoint, trained_options
 
@@ -100,7 +99,7 @@ def load_run(
         scheme = prediction_scheme(OmegaConf.create(config))
         predictor = Predictor(model, obs_dt, None, 1, 100, scheme)
     else:
-        integ = integrator_from_config(config["integrator"])
+        integ = build_integrator(config["integrator"])
         predictor = Predictor(model, obs_dt, integ, substeps)
     if not math.isfinite(obs_dt) or obs_dt <= 0:
         raise UserError(f"{source}: obs_dt {obs_dt} is not a positive number")

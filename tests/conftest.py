@@ -18,9 +18,10 @@ import hnnsym
 from hnnsym.artifacts import write_text
 from hnnsym.config import CONF_DIR
 from hnnsym.config.build import build_optimizer, build_scheduler
+from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import Split, write_dataset
 from hnnsym.physics.models import HNN
-from hnnsym.training.trainer import TrainData, Trainer, TrainOptions
+from hnnsym.training.trainer import TrainData, Trainer
 
 REPO = Path(hnnsym.__file__).resolve().parent.parent
 
@@ -115,7 +116,7 @@ def tiny_trainer(cfg, loss, run_dir: Path):
     return Trainer(
         model, loss, optimizer, build_scheduler(cfg.train, optimizer),
         TrainData(data, data[:4, :7].transpose(0, 1), torch.Generator().manual_seed(0)),
-        TrainOptions.from_config(cfg.train), run_dir, {"model_config": {}},
+        OmegaConf.to_object(validated(cfg, "train", common=False).train), run_dir, {"model_config": {}},
     )  # fmt: skip
 
 

@@ -113,6 +113,10 @@ def data(tmp_path_factory) -> Path:
         (["train.plateau.patience=-1"], ["train.plateau.patience must be >= 0, got -1"]),
         (["train.lr=inf"], ["train.lr must be a finite number > 0, got inf"]),
         (["train.weight_decay=nan"], ["train.weight_decay must be a finite number >= 0, got nan"]),
+        (["integrator=rattle", "+integrator.predictor=observed"],
+         ["integrator=rattle takes no key integrator.predictor (it takes: tol, max_iter"]),
+        (["gradient=backprop", "+gradient.keep_every=2"],
+         ["gradient=backprop takes no key gradient.keep_every"]),
         (["train.optimizer._target_=os.system"],
          ["train.optimizer: Target 'os.system' is blocklisted because it allows config data to "
           "control executable behavior"]),

@@ -17,11 +17,11 @@ from omegaconf import OmegaConf
 
 from hnnsym import integrate
 from hnnsym.config import CONF_DIR
-from hnnsym.config.build import build_model, build_run_loss
+from hnnsym.config.build import build_integrator, build_model, build_run_loss
 from hnnsym.errors import IncompatibleError, UserError
 from hnnsym.evaluation.metrics import energies, grid_errors, rollout, rollout_metrics
 from hnnsym.ode.dynamics import has_hamiltonian, vector_field
-from hnnsym.ode.integrators import TaoSplitting, get_integrator, integrator_from_config
+from hnnsym.ode.integrators import TaoSplitting, get_integrator
 from hnnsym.physics.models import NODE
 from hnnsym.physics.systems import get_system
 from hnnsym.reporting.table1 import (
@@ -124,7 +124,7 @@ def test_losses_from_the_method_configs_and_their_errors():
     ctx = LossContext(integ, "backprop", 0.01)
 
     def method(name: str, **loss) -> OmegaConf:
-        node = OmegaConf.load(CONF / "method" / f"{name}.yaml").method
+        node = OmegaConf.load(CONF / "method" / f"{name}.yaml")  # package method: the node itself
         node.loss.merge_with(loss)
         return node
 
@@ -246,7 +246,7 @@ def test_tao_binding_is_the_exact_flow_of_the_binding_hamiltonian():
 def test_tao_registry_config_and_refusals():
     assert get_integrator("tao", omega=5).omega == 5.0
     node = OmegaConf.to_container(OmegaConf.load(CONF / "integrator" / "tao.yaml"))
-    assert integrator_from_config(node) == TaoSplitting(node["omega"])
+    assert build_integrator(node) == TaoSplitting(node["omega"])
     with pytest.raises(ValueError, match="apply to tao only"):
         get_integrator("implicit_midpoint", omega=3.0)
     with pytest.raises(ValueError, match="omega must be a finite number > 0"):

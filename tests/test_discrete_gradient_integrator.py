@@ -9,10 +9,11 @@ import pytest
 import torch
 from scipy.integrate import solve_ivp
 
+from hnnsym.config.build import build_integrator
 from hnnsym.errors import IncompatibleError
 from hnnsym.ode import solve
 from hnnsym.ode.dynamics import vector_field
-from hnnsym.ode.integrators import get_integrator, integrator_from_config
+from hnnsym.ode.integrators import get_integrator
 from hnnsym.physics.models import HNN, NODE
 from hnnsym.physics.systems import get_system
 
@@ -115,5 +116,5 @@ def test_refuses_a_field_without_energy_and_other_gradient_methods_in_one_line()
 
 def test_the_config_group_builds_it(compose_config):
     cfg = compose_config("evaluate", ["integrator=discrete_gradient"])
-    integ = integrator_from_config(cfg.integrator)
+    integ = build_integrator(cfg.integrator)
     assert integ.name == "discrete_gradient" and integ.kind == "gonzalez"

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hnnsym.data.hdf5 import SPLITS, read_dataset
-from hnnsym.data.ingest import read_table
+from hnnsym.data.readers import read_table
 from hnnsym.errors import UserError
 
 FUZZ = settings(

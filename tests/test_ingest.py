@@ -20,7 +20,10 @@ import hnnsym
 from hnnsym.artifacts import sha256
 from hnnsym.data.example import pendulum_recording, wrap_angle, write_pendulum_csv
 from hnnsym.data.hdf5 import read_dataset
-from hnnsym.data.ingest import Mapping, Options, cut, ingest, ingest_table, read_table
+from hnnsym.data.ingest import ingest, ingest_table
+from hnnsym.data.readers import read_table
+from hnnsym.data.segments import cut
+from hnnsym.data.settings import Mapping, Options
 from hnnsym.data.simulate import simulate
 from hnnsym.data.units import Units
 from hnnsym.errors import DataError, UserError

@@ -13,16 +13,10 @@ import pandas as pd
 import pytest
 
 from hnnsym.data.hdf5 import read_dataset
-from hnnsym.data.ingest import (
-    Mapping,
-    Options,
-    auto_steps,
-    cut,
-    first_row,
-    ingest,
-    ingest_table,
-    read_table,
-)
+from hnnsym.data.ingest import first_row, ingest, ingest_table
+from hnnsym.data.readers import read_table
+from hnnsym.data.segments import auto_steps, cut
+from hnnsym.data.settings import Mapping, Options
 from hnnsym.data.units import Units
 from hnnsym.errors import DataError, UserError
 from hnnsym.physics.systems import MEASURED

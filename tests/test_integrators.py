@@ -13,11 +13,14 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_model
+from omegaconf import OmegaConf
 from scipy.integrate import solve_ivp
 from torch.autograd.functional import jacobian
 
 from hnnsym import integrate, solve
-from hnnsym.errors import ConvergenceError
+from hnnsym.config import CONF_DIR
+from hnnsym.config.build import build_gradient, build_integrator
+from hnnsym.errors import ConvergenceError, UserError
 from hnnsym.ode.integrators import TABLEAUX, get_integrator
 from hnnsym.ode.problem import SolverStats
 from hnnsym.physics.models import HNN, SeparableHNN
@@ -377,3 +380,42 @@ def test_integrate_output_shape():
     assert torch.equal(out[0], y0)
     zero = _call(y0=y0, steps=0)
     assert zero.shape == (1, 3, 2) and torch.equal(zero[0], y0)
+
+
+# ---- integrators and gradient methods from their config groups ---------------------------------
+
+
+@pytest.mark.parametrize("group", ["integrator", "gradient"])
+def test_every_config_of_the_group_builds_the_object_its_name_labels(group):
+    build = build_integrator if group == "integrator" else build_gradient
+    files = sorted((CONF_DIR / group).glob("*.yaml"))
+    assert len(files) >= 5
+    for path in files:
+        node = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        assert "_target_" in node, path
+        assert build(node).name == node["name"] == path.stem
+
+
+def test_a_key_the_integrator_does_not_take_is_one_line():
+    node = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "integrator" / "tao.yaml"))
+    with pytest.raises(
+        UserError, match=r"^integrator=tao takes no key integrator.tol \(it takes: omega\)$"
+    ):
+        build_integrator({**node, "tol": 1e-8})
+    node = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "gradient" / "checkpoint.yaml"))
+    with pytest.raises(UserError, match="^gradient=checkpoint takes no key gradient.chunk "):
+        build_gradient({**node, "chunk": 4})
+    with pytest.raises(UserError, match="integrator.name is 'rk4' but its _target_ builds 'tao'"):
+        build_integrator({"_target_": "hnnsym.ode.integrators.TaoSplitting", "name": "rk4"})
+
+
+def test_the_name_nodes_of_older_checkpoints_still_build():
+    # before _target_, a node was the name plus the stage-solver keys of every integrator
+    old = {"name": "tao", "omega": 5.0, "tol": None, "max_iter": 50, "predictor": "extrapolate"}
+    assert build_integrator(old) == get_integrator("tao", omega=5.0)
+    rk = build_integrator({"name": "gauss_legendre4", "tol": 1e-9, "predictor": "rk2"})
+    assert (rk.name, rk.solver.tol, rk.predictor) == ("gauss_legendre4", 1e-9, "rk2")
+    grad = build_gradient({"name": "checkpoint", "keep_every": "sqrt"})
+    assert (grad.name, grad.keep_every) == ("checkpoint", "sqrt")
+    with pytest.raises(UserError, match="integrator 'euler' is not one of"):
+        build_integrator({"name": "euler"})

@@ -11,7 +11,7 @@ from conftest import tiny_trainer
 from scipy.optimize import least_squares
 from torch import nn
 
-from hnnsym.config.schemas import validated
+from hnnsym.config.schemas import EarlyStopSchema, validated
 from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
 from hnnsym.evaluation.metrics import fit_initial_states
@@ -120,7 +120,8 @@ def fit_true_starts(observed, window, segments, tmp_path, continuity=0.0, epochs
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: 1.0)
     options = TrainOptions(epochs=epochs, batch_size=16, window=window, val_batch_size=64,
-                           patience=100, min_delta=0.0, schedule="none", progress=False)  # fmt: skip
+                           early_stop=EarlyStopSchema(100, 0.0), schedule="none", ema=None,
+                           progress=False)  # fmt: skip
     trainer = Trainer(model, loss, optimizer, scheduler,
                       TrainData(observed, observed[:8, : window + 1].transpose(0, 1),
                                 torch.Generator()),

@@ -21,9 +21,10 @@ from torch import nn
 from torch.autograd.functional import jacobian
 
 from hnnsym import integrate, solve
+from hnnsym.config.build import build_integrator
 from hnnsym.errors import ConvergenceError, IncompatibleError, UserError
 from hnnsym.ode.capabilities import Capability
-from hnnsym.ode.integrators import Rattle, get_integrator, integrator_from_config
+from hnnsym.ode.integrators import Rattle, get_integrator
 from hnnsym.ode.problem import Problem
 from hnnsym.physics.models import HNN, NODE
 
@@ -391,7 +392,7 @@ def test_registry_and_config():
     from hnnsym.config import CONF_DIR
 
     node = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "integrator" / "rattle.yaml"))
-    integ = integrator_from_config(node)
+    integ = build_integrator(node)
     assert isinstance(integ, Rattle) and (integ.order, integ.symplectic) == (2, True)
     assert integ.has_stages is False and integ.reversible is False
     assert get_integrator("rattle", on_fail="warn").strict().on_fail == "raise"

@@ -115,7 +115,7 @@ def test_unknown_config_option_and_key(tmp):
             "train.epochs: Value 'abc' of type 'str' could not be converted to Integer",
         ),
         ("train.lr=fast", "train.lr: Value 'fast' of type 'str' could not be converted to Float"),
-        ("+train.epoch=3", "train.epoch: Key 'epoch' not in 'TrainSchema'"),
+        ("+train.epoch=3", "train.epoch: Key 'epoch' not in 'TrainOptions'"),
         ("train.progress=maybe", "train.progress: Value 'maybe' is not a valid bool"),
     ],
 )

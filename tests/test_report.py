@@ -234,3 +234,29 @@ def test_the_evaluate_command_rebuilds_the_runs_system(overrides, compose_config
     evaluate = compose_config("evaluate", words[3:])
     assert OmegaConf.to_container(evaluate.system, resolve=True) == config["system"]
     assert evaluate.run_dir == f"{tmp_path}/run a" and evaluate.seed == train.seed
+
+
+def test_table_rows_are_the_labels_in_the_runs_configs(make_run, tmp_path):
+    """Table 1's and the DDLM table's rows come from method.label in each run's config (set by the
+    table1_* experiments and the ddlm* methods): a run relabelled on the command line is a row
+    of its own; the paper's rows keep their order."""
+    from hnnsym.reporting.table1 import build_table1
+    from hnnsym.reporting.table_ddlm import build_table as build_table_ddlm
+
+    metrics = {"h_l1": 0.1, "traj_mse": 0.5, "energy_drift_true_max": 0.1, "vpt_mean": 4.0}
+    for i, extra in enumerate([["experiment=table1_shnn"], ["experiment=table1_smoothed"],
+                               ["experiment=table1", "method.label='ours, relabelled'"]]):  # fmt: skip
+        make_run([*extra, "system=double_well"], 0, metrics=metrics, root=f"t1/{i}")
+    table, _ = build_table1([str(tmp_path / "t1")])
+    ours = table[(table["system"] == "double_well") & (table["n"] > 0)]
+    assert set(ours["method"]) == {"SHNN", "This work, smoothed y0", "ours, relabelled"}
+    methods = list(table[table["system"] == "double_well"]["method"])
+    assert methods.index("This work, smoothed y0") < methods.index("SHNN")  # the paper's order
+
+    ddlm = {"q_mse": 0.1, "energy_mse": 0.2, "energy_var_model": 0.3, "v_l1": 0.4}
+    for i, method in enumerate(["ddlm", "ddlm_leapfrog_proposed"]):
+        make_run(["experiment=ddlm_pendulum", f"method={method}", "noise=none"], 0,
+                 metrics=ddlm, root=f"ddlm/{i}")  # fmt: skip
+    table, _ = build_table_ddlm(str(tmp_path / "ddlm"))
+    measured = table[(table["system"] == "pendulum") & (table["n"] > 0)]
+    assert set(measured["method"]) == {"proposed", "leapfrog+proposed"}

@@ -3,10 +3,14 @@ or a misspelt key in any checked section is one UserError line naming the key.""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from hnnsym.config.schemas import SECTIONS, validated
+from hnnsym.config import CONF_DIR
+from hnnsym.config.schemas import SECTIONS, TrainOptions, method_order_problem, validated
 from hnnsym.errors import UserError
 
 STAGE_SECTIONS = {
@@ -81,3 +85,55 @@ def test_checked_values_are_converted(compose_config):
     cfg = validated(compose_config("train", ["train.lr=1", "noise.std=0"]), "train", "noise")
     assert isinstance(cfg.train.lr, float) and cfg.train.lr == 1.0
     assert isinstance(cfg.noise.std, float)
+
+
+# ---- one declaration of the train options; the method's place in the defaults list --------------
+
+
+def test_the_train_defaults_are_the_dataclass_defaults(compose_config):
+    """The train section every stage composes is TrainOptions' defaults (no YAML copy of them),
+    and the trainer reads the validated section as a TrainOptions."""
+    cfg = compose_config("train")
+    declared = OmegaConf.to_container(OmegaConf.structured(TrainOptions), resolve=False)
+    assert OmegaConf.to_container(cfg.train, resolve=False) == declared
+    assert not (CONF_DIR / "train_options.yaml").exists()
+    options = OmegaConf.to_object(validated(cfg, "train").train)
+    assert isinstance(options, TrainOptions) and options.early_stop.patience == 8
+    assert options.optimizer["lr"] == 0.01  # interpolations resolved against the run's config
+
+
+def test_a_method_before_the_groups_it_overrides_is_one_line():
+    order = ["common", "system", "noise", "integrator", "gradient", "model", "method"]
+    assert method_order_problem(order) is None
+    assert method_order_problem(["system", "integrator"]) is None  # generate: no method
+    wrong = ["common", "system", "noise", "method", "integrator", "gradient", "model"]
+    assert method_order_problem(wrong) == (
+        "defaults list: method must come after integrator, gradient, model (a method overrides "
+        "them), but it comes before integrator, gradient, model"
+    )
+
+
+@pytest.mark.parametrize("stage", ["train", "evaluate"])
+def test_the_shipped_defaults_compose_method_last(stage):
+    """Hydra's runtime.choices, reversed, is the composition order that composition_order reads:
+    the shipped configs pass, and a run.yaml with method first is refused."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(stage, ["method=nssnn"], return_hydra_config=True)
+    order = list(reversed(list(cfg.hydra.runtime.choices)))
+    assert method_order_problem(order) is None
+    assert order.index("model") < order.index("method")
+
+
+def test_a_run_yaml_with_method_first_is_refused(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    run = (conf / "run.yaml").read_text()
+    moved = run.replace("  - method: hnn\n", "").replace(
+        "  - noise: low\n", "  - noise: low\n  - method: hnn\n"
+    )
+    assert moved != run
+    (conf / "run.yaml").write_text(moved)
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose("train", ["method=hnn"], return_hydra_config=True)
+    order = list(reversed(list(cfg.hydra.runtime.choices)))
+    assert "but it comes before integrator, gradient, model" in str(method_order_problem(order))

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
 from hnnsym.reporting.table_chain import REFERENCE, build_table, make_table, markdown_table
 
@@ -187,3 +188,51 @@ def test_markdown_escapes_the_pipe_of_max_phi():
     assert "max \\|Φ\\|" in lines[0]
     cells = [line.replace("\\|", "").count("|") for line in lines]
     assert len(set(cells)) == 1
+
+
+# ---- the chain experiments (make chain-pendulum) ----------------------------------------------
+
+
+def test_rows_are_labelled_by_the_runs_configs(make_run, tmp_path):
+    """Runs of the chain experiments carry method.label in their config; the table's row is that
+    label (a relabelled run is a row of its own), plus the training integrator where not rk4."""
+    size = ["system.params.links=2", "noise=none", "train.epochs=3"]
+    runs = {"CHNN": ["experiment=chain_chnn"], "CHNN, RATTLE-4": ["experiment=chain_chnn_rattle4"],
+            "HNN (angles)": ["experiment=chain_hnn"], "my CHNN": ["experiment=chain_chnn",
+                                                             "method.label=my CHNN"]}  # fmt: skip
+    rng = np.random.default_rng(3)
+    for i, overrides in enumerate(runs.values()):
+        make_run([*overrides, *size], 0, metrics=chain_metrics(rng, 1e-4), n_train=800,
+                 root=f"runs/model{i}")  # fmt: skip
+    table, _ = build_table(str(tmp_path / "runs"))
+    models = set(table[table["N"] == 2]["model"])
+    assert set(runs) <= models and "CHNN, RATTLE" not in models
+
+
+OLD_RECIPES = {  # the command lines of make chain-pendulum before the experiments (100 epochs)
+    "chnn": ["system=chain_pendulum", "method=chnn", "train.resume=auto"],
+    "clnn": ["system=chain_pendulum", "method=clnn", "train.resume=auto"],
+    "chnn_rattle": ["system=chain_pendulum", "method=chnn", "integrator=rattle",
+                    "gradient=symplectic_adjoint", "train.substeps=2", "train.resume=auto",
+                    "integrator.tol=1e-5"],
+    "chnn_rattle4": ["system=chain_pendulum", "method=chnn", "integrator=rattle",
+                     "gradient=symplectic_adjoint", "integrator.composition=suzuki",
+                     "train.resume=auto", "integrator.tol=1e-5"],
+    "hnn": ["system=chain_pendulum_angles", "model=hnn", "model.hidden=[256,256,256]",
+            "integrator=rk4", "gradient=backprop"],
+    "node": ["system=chain_pendulum", "method=node", "model.hidden=[256,256,256]"],
+}  # fmt: skip
+REFERENCE_TRAINING = ["train.window=4", "train.batch_size=200", "train.lr=3e-3",
+                      "train.weight_decay=1e-4", "train.optimizer._target_=torch.optim.AdamW",
+                      "train.schedule=cosine", "train.early_stop.patience=1000000",
+                      "train.resume=auto", "train.ema=null"]  # fmt: skip
+
+
+@pytest.mark.parametrize("run", sorted(OLD_RECIPES))
+def test_each_chain_experiment_is_its_old_command_line(compose_config, run):
+    common = ["system.params.links=3", "seed=1", "train.epochs=100", "train.progress=false"]
+    old = OLD_RECIPES[run] + (REFERENCE_TRAINING if run in ("hnn", "node") else [])
+    before = OmegaConf.to_container(compose_config("train", old + common))
+    after = OmegaConf.to_container(compose_config("train", [f"experiment=chain_{run}", *common]))
+    assert after.pop("chain_run") == run and isinstance(after["method"].pop("label"), str)
+    assert after == before

@@ -1,6 +1,7 @@
 """Objects from config nodes: ``_target_`` instantiation in one place, with one-line errors.
 
-Models, losses, the optimizer and the learning-rate schedule are named by ``_target_`` in
+Models, integrators, gradient methods, losses, the optimizer and the learning-rate schedule are
+named by ``_target_`` in
 ``hnnsym/conf/`` (losses, optimizer and scheduler with ``_partial_: true``: completed here with what only
 the run knows: the model's dim, its parameters, the optimizer, the run's LossContext). A wrong
 argument or class name becomes one UserError naming the config key.
@@ -8,6 +9,7 @@ argument or class name becomes one UserError naming the config key.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from hnnsym.errors import UserError
+from hnnsym.ode.gradients import GRADIENTS, GradientMethod
+from hnnsym.ode.integrators import INTEGRATORS, Integrator, get_integrator
 from hnnsym.physics.capabilities import check_model
 from hnnsym.physics.models import MODELS
 from hnnsym.training.losses import Loss, LossContext, build_loss
@@ -50,6 +54,68 @@ def _one_line(err: BaseException) -> str:
         if line.strip() and not line.strip().startswith(("full_key:", "object_type="))
     ]
     return " ".join(lines) or type(err).__name__
+
+
+def _check_keys(node: Mapping[str, Any], group: str, label: Any) -> None:
+    """UserError naming the first key of ``node`` that its ``_target_`` does not take (the
+    config group=label in the message)."""
+    try:
+        target = hydra.utils.get_method(str(node["_target_"]))
+    except Exception as err:  # noqa: BLE001 (Hydra raises several kinds; all mean "no such target")
+        raise UserError(f"{group}: {_one_line(err)}") from err
+    params = inspect.signature(target).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    for key in node:
+        if key != "_target_" and key not in params:
+            takes = ", ".join(params) or "none"
+            raise UserError(f"{group}={label} takes no key {group}.{key} (it takes: {takes})")
+
+
+# Keys of an integrator or gradient config that label it and are not constructor arguments.
+COMPONENT_LABELS = ("name",)
+
+
+def _build_component(node: Mapping[str, Any] | DictConfig, group: str) -> Any:
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node, resolve=True)
+    spec = {k: v for k, v in node.items() if k not in COMPONENT_LABELS}
+    label = node.get("name")
+    _check_keys(spec, group, label)
+    built = instantiate(spec, group)
+    if label is not None and label != built.name:
+        raise UserError(f"{group}.name is {label!r} but its _target_ builds {built.name!r}")
+    return built
+
+
+def build_integrator(node: Mapping[str, Any] | DictConfig) -> Integrator:
+    """The integrator of a config node: ``_target_`` (a class or factory in
+    ``hnnsym.ode.integrators``) with its options, and the label ``name``. Nodes of older
+    checkpoints (``name`` plus the options of every integrator) are built by name with the options
+    that integrator takes."""
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node, resolve=True)
+    if "_target_" not in node:
+        name = node.get("name")
+        if name not in INTEGRATORS:
+            raise UserError(f"integrator {name!r} is not one of {sorted(INTEGRATORS)}")
+        known = INTEGRATORS[name][1]
+        return get_integrator(name, **{k: v for k, v in node.items() if k in known})
+    return _build_component(node, "integrator")
+
+
+def build_gradient(node: Mapping[str, Any] | DictConfig) -> GradientMethod:
+    """The gradient method of a config node: ``_target_`` (a class in ``hnnsym.ode.gradients``)
+    with its options, and the label ``name``; nodes of older checkpoints are built by name."""
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node, resolve=True)
+    if "_target_" not in node:
+        name = node.get("name")
+        if name not in GRADIENTS:
+            raise UserError(f"gradient {name!r} is not one of {sorted(GRADIENTS)}")
+        cls = GRADIENTS[name]
+        node = {"_target_": f"{cls.__module__}.{cls.__qualname__}", **node}
+    return _build_component(node, "gradient")
 
 
 def model_spec(model_cfg: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,10 @@
 """Typed schemas (OmegaConf structured configs) of the config sections each stage reads.
 
-The YAML files in ``hnnsym/conf/`` hold the values and their documentation; these dataclasses hold only
-the types (every field is MISSING here), so a value lives in one place. ``validated`` checks a
+The YAML files in ``hnnsym/conf/`` hold the values and their documentation, and these dataclasses
+the types (their fields are MISSING), so a value lives in one place; except the train section,
+whose dataclass ``TrainOptions`` is its one declaration (default, type, range, documentation):
+``register_configs`` puts it in Hydra's ConfigStore as the config ``train_options``, and the
+trainer reads the validated object. ``validated`` checks a
 composed config before any work: a wrong type (``train.epochs=ten``), a misspelt key
 (``+train.epoch=3``) or a missing value becomes one UserError line naming the key, and the checked,
 type-converted section replaces the composed one (``train.lr=1`` reads back as the float 1.0).
@@ -19,10 +22,12 @@ stage.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -67,9 +72,10 @@ def one_of(*choices: Any) -> Rule:
 PATH = Rule("a non-empty path", lambda v: isinstance(v, str) and bool(v.strip()))
 
 
-def checked(rule: Rule, nullable: bool = False) -> Any:
-    """A MISSING field whose value must satisfy ``rule`` (or be null, with ``nullable``)."""
-    return field(default=MISSING, metadata={"rule": rule, "nullable": nullable})
+def checked(rule: Rule, nullable: bool = False, default: Any = MISSING) -> Any:
+    """A field (MISSING unless ``default``) whose value must satisfy ``rule`` (or be null, with
+    ``nullable``)."""
+    return field(default=default, metadata={"rule": rule, "nullable": nullable})
 
 
 PATH_TEMPLATES = ("data_file", "run_dir")  # checked by _empty_path: they interpolate other keys
@@ -115,43 +121,95 @@ class NoiseSchema:
 
 @dataclass
 class PlateauSchema:
-    factor: float = checked(between(0, 1))  # the lr is multiplied by it
-    patience: int = checked(ge(0))
+    """halve the lr when the validation loss stalls for ``patience`` epochs"""
+
+    factor: float = checked(between(0, 1), default=0.5)  # the lr is multiplied by it
+    patience: int = checked(ge(0), default=3)
 
 
 @dataclass
 class EarlyStopSchema:
-    patience: int = checked(ge(1))  # 0 would stop after the first epoch
-    min_delta: float = checked(Rule("in [0, 1)", lambda v: 0 <= v < 1))  # relative improvement
+    """stop when the validation loss has not improved by min_delta (relative) for patience
+    epochs"""
+
+    patience: int = checked(ge(1), default=8)  # 0 would stop after the first epoch
+    min_delta: float = checked(Rule("in [0, 1)", lambda v: 0 <= v < 1), default=1.0e-3)
+
+
+def _optimizer() -> dict[str, Any]:
+    """Built with the model's parameters (_partial_); any torch.optim class."""
+    return {
+        "_target_": "torch.optim.Adam",
+        "_partial_": True,
+        "lr": "${..lr}",
+        "weight_decay": "${..weight_decay}",
+    }
+
+
+def _schedulers() -> dict[str, Any]:
+    """Built with the optimizer (_partial_); a ReduceLROnPlateau steps on the validation loss."""
+    return {
+        "plateau": {  # halve the lr when the validation loss stalls for plateau.patience epochs
+            "_target_": "torch.optim.lr_scheduler.ReduceLROnPlateau",
+            "_partial_": True,
+            "factor": "${train.plateau.factor}",
+            "patience": "${train.plateau.patience}",
+        },
+        "cosine": {  # cosine annealing from lr to 0 over train.epochs
+            "_target_": "torch.optim.lr_scheduler.CosineAnnealingLR",
+            "_partial_": True,
+            "T_max": "${train.epochs}",
+        },
+    }
 
 
 @dataclass
-class TrainSchema:
-    epochs: int = checked(ge(1))
-    batch_size: int = checked(ge(1))
-    window: int = checked(ge(1))
-    segments: int = checked(ge(1))
-    substeps: int = checked(ge(1))
-    lr: float = checked(finite_gt(0))
-    weight_decay: float = checked(finite_ge(0))
-    optimizer: dict[str, Any] = MISSING  # a _target_ node (hnnsym.config.build)
-    schedule: str = MISSING  # a key of schedulers (checked where they are built)
-    schedulers: dict[str, Any] = MISSING  # _target_ nodes
+class TrainOptions:
+    """The train section (``train.*``): the one declaration of each option, its default, type and
+    range. Registered as the config ``train_options`` (``register_configs``) that every stage's
+    defaults list composes (evaluate too, so that a sweep's ``train.lr=...`` works unchanged in
+    both stages); the trainer reads the validated object (``OmegaConf.to_object``)."""
+
+    epochs: int = checked(ge(1), default=25)
+    batch_size: int = checked(ge(1), default=512)
+    window: int = checked(ge(1), default=6)  # tau: predicted steps per training window
+    # multiple shooting: split each window into this many segments, each started from its
+    # observed (init=learned: its learned) state
+    segments: int = checked(ge(1), default=1)
+    substeps: int = checked(ge(1), default=1)  # integration steps per observation interval
+    lr: float = checked(finite_gt(0), default=0.01)
+    weight_decay: float = checked(finite_ge(0), default=0.0)
+    optimizer: dict[str, Any] = field(default_factory=_optimizer)  # a _target_ node
+    schedule: str = "plateau"  # which of schedulers steps the lr once per epoch (checked there)
+    schedulers: dict[str, Any] = field(default_factory=_schedulers)  # _target_ nodes
     plateau: PlateauSchema = field(default_factory=PlateauSchema)
     early_stop: EarlyStopSchema = field(default_factory=EarlyStopSchema)
-    val_batch_size: int = checked(ge(1))
-    val_window: int | None = checked(ge(1), nullable=True)
-    max_train: int | None = checked(ge(1), nullable=True)
-    max_val: int | None = checked(ge(1), nullable=True)
-    init: str = checked(one_of("observed", "smoothed", "learned"))
-    init_iterations: int = checked(ge(1))
-    init_lr: float | None = checked(finite_gt(0), nullable=True)
-    continuity: float = checked(finite_ge(0))
-    ema: float | None = checked(Rule("in (0, 1]", lambda v: 0 < v <= 1), nullable=True)
-    ema_start: int = checked(ge(1))
-    resume: Any = MISSING  # true | false | auto
-    overwrite: bool = MISSING
-    progress: bool = MISSING
+    val_batch_size: int = checked(ge(1), default=4096)
+    # steps of the validation windows (null: window); longer ones let the model's error grow
+    # past the noise floor
+    val_window: int | None = checked(ge(1), nullable=True, default=None)
+    max_train: int | None = checked(ge(1), nullable=True, default=None)  # the first N trajectories
+    max_val: int | None = checked(ge(1), nullable=True, default=None)
+    # window start: observed | smoothed (fitted to the window under the model's flow) | learned
+    # (a free state per training observation, refined with θ); hnnsym.training.losses
+    init: str = checked(one_of("observed", "smoothed", "learned"), default="observed")
+    init_iterations: int = checked(ge(1), default=1)  # Gauss–Newton steps of the smoothed start
+    # learned starts: SGD step on each window's own loss; null: 1/(4(window/segments + 1 + 2
+    # continuity)), half a Gauss–Newton step
+    init_lr: float | None = checked(finite_gt(0), nullable=True, default=None)
+    # multiple shooting with learned starts (init=learned, segments > 1): weight w of the penalty
+    # w·||end of segment k - start of segment k+1||^2 that joins the segments; 0: off
+    continuity: float = checked(finite_ge(0), default=0.0)
+    # weight averaging: decay β (1 = SWA, the plain mean) of an average of θ over the optimizer
+    # steps, which is validated and checkpointed; null: off (docs/papers/table1.md, "Weight
+    # averaging": the default since it won on every system and noise level)
+    ema: float | None = checked(
+        Rule("in (0, 1]", lambda v: 0 < v <= 1), nullable=True, default=0.99
+    )
+    ema_start: int = checked(ge(1), default=1)  # the first epoch whose steps are averaged
+    resume: Any = False  # true | false | auto: continue from checkpoints/last.pt
+    overwrite: bool = False  # allow replacing a finished run in run_dir
+    progress: bool = True
 
 
 @dataclass
@@ -247,12 +305,47 @@ class ReportSchema:
 SECTIONS: dict[str, type] = {
     "system": SystemSchema,
     "noise": NoiseSchema,
-    "train": TrainSchema,
+    "train": TrainOptions,
     "generate": GenerateSchema,
     "eval": EvalSchema,
     "profile": ProfileSchema,
     "report": ReportSchema,
 }
+
+
+# Groups that a method config overrides (its defaults list: ``override /integrator: tao``), which
+# Hydra applies only to groups composed before it: ``method`` must follow them in the defaults list.
+METHOD_OVERRIDES = ("integrator", "gradient", "model")
+
+
+def method_order_problem(order: Sequence[str]) -> str | None:
+    """What is wrong with the order in which config groups were composed (``order``, first
+    first), if ``method`` comes before a group it overrides; else None."""
+    if "method" not in order:
+        return None
+    early = [g for g in METHOD_OVERRIDES if g in order and order.index(g) > order.index("method")]
+    if not early:
+        return None
+    return (
+        f"defaults list: method must come after {', '.join(METHOD_OVERRIDES)} (a method "
+        f"overrides them), but it comes before {', '.join(early)}"
+    )
+
+
+def composition_order() -> list[str]:
+    """The config groups of the running Hydra job in the order they were composed (Hydra's
+    ``runtime.choices`` lists them last first); empty outside a Hydra job."""
+    if not HydraConfig.initialized():
+        return []
+    return list(reversed(list(HydraConfig.get().runtime.choices)))
+
+
+def register_configs() -> None:
+    """Store the configs declared here in Hydra's ConfigStore: ``train_options`` (the train
+    section's defaults, as plain values: ``validated`` applies the types, so that a wrong one is
+    one UserError line, not Hydra's merge error)."""
+    defaults = OmegaConf.to_container(OmegaConf.structured(TrainOptions), resolve=False)
+    ConfigStore.instance().store(name="train_options", node={"train": defaults})
 
 
 def _train_rules(cfg: DictConfig) -> str | None:
@@ -315,6 +408,8 @@ def validated(cfg: DictConfig, *sections: str, common: bool = True) -> DictConfi
     keys against their types; replace each by its checked copy and return ``cfg``.
     UserError (one line: the key and what is wrong) on the first problem: a wrong type, or the
     first section whose values break their ranges (all of that section's, joined by "; ")."""
+    if problem := method_order_problem(composition_order()):
+        raise UserError(problem)
     checks: list[tuple[str | None, type, Any]] = []
     if common:
         keys = [f for f in CommonSchema.__dataclass_fields__ if f in cfg]

@@ -29,10 +29,11 @@ import numpy as np
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from hnnsym.artifacts import save_figure
+from hnnsym.config.build import build_integrator
 from hnnsym.errors import UserError
 from hnnsym.evaluation.metrics import (
     geometric_mean_over_time,
@@ -41,7 +42,7 @@ from hnnsym.evaluation.metrics import (
     valid_prediction_time,
 )
 from hnnsym.evaluation.summary import number, summary_text
-from hnnsym.ode.integrators import get_integrator, integrator_from_config
+from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.solve import integrate
 from hnnsym.physics.constrained import (
     CARTESIAN_SYSTEMS,
@@ -110,7 +111,7 @@ def evaluate_constrained(
     ``truth`` (T+1, B, 2d) of a chain pendulum in either coordinates."""
     e = cfg.eval
     try:
-        integ = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
+        integ = build_integrator(cfg.integrator)
     except ValueError as err:
         raise UserError(str(err)) from err
     start = onto_manifold(model, truth[0])  # the model's own mass may differ from the data's

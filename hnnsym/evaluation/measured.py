@@ -43,9 +43,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import Tensor, nn
 
+from hnnsym.config.build import build_integrator
 from hnnsym.data.hdf5 import Dataset
 from hnnsym.data.units import Units
 from hnnsym.errors import UserError
@@ -60,7 +61,6 @@ from hnnsym.evaluation.metrics import (
 from hnnsym.evaluation.positions import prediction_scheme, rollout_positions
 from hnnsym.evaluation.summary import number, summary_text
 from hnnsym.ode.dynamics import has_hamiltonian
-from hnnsym.ode.integrators import integrator_from_config
 from hnnsym.physics.dissipative import is_dissipative_model
 from hnnsym.physics.models import is_position_model
 from hnnsym.physics.systems import System
@@ -126,7 +126,7 @@ def predictor_from_config(
     integ = None
     if not is_position_model(model):
         try:
-            integ = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
+            integ = build_integrator(cfg.integrator)
         except ValueError as err:
             raise UserError(str(err)) from err
     scheme = prediction_scheme(cfg) if is_position_model(model) else ("eq12", None, 30)

@@ -35,7 +35,7 @@ from hnnsym.artifacts import (
     versions,
     write_text,
 )
-from hnnsym.config.build import model_from_checkpoint, model_spec, same_model
+from hnnsym.config.build import build_integrator, model_from_checkpoint, model_spec, same_model
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import Dataset, made_by_generate, read_dataset
@@ -56,7 +56,6 @@ from hnnsym.evaluation.metrics import (
 from hnnsym.evaluation.positions import evaluate_positions, position_summary
 from hnnsym.evaluation.summary import number, summary_text
 from hnnsym.ode.dynamics import has_hamiltonian
-from hnnsym.ode.integrators import integrator_from_config
 from hnnsym.physics.constrained import coordinates_problem
 from hnnsym.physics.dissipative import is_dissipative_model
 from hnnsym.physics.models import is_position_model
@@ -270,7 +269,7 @@ def hamiltonian_metrics(
 
     # rollout of the learned H from the test initial conditions (clean, else observed)
     try:
-        integ = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
+        integ = build_integrator(cfg.integrator)
     except ValueError as err:
         raise UserError(str(err)) from err
     start, fitted = truth[0], {"rollout_init": e.init}

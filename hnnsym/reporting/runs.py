@@ -13,7 +13,7 @@ import math
 import os
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,8 +33,17 @@ TRAIN_KEYS = (
 # The config groups whose ``name`` is shown without ".name" (system.name -> system).
 GROUPS = ("system", "noise", "method", "model", "integrator", "gradient")
 SKIP_DIRS = {".hydra", ".submitit"}
-# Never grouped by automatically: the replicate (seed) and the per-run paths derived from it.
-IDENTITY_KEYS = ("seed", "run_name", "run_dir", "data_dir", "data_file")
+# Never grouped by automatically: the replicate (seed), the per-run paths derived from it, and the
+# labels the tables read (method.label: the row; chain_run: the chain experiments' folder).
+IDENTITY_KEYS = (
+    "seed",
+    "run_name",
+    "run_dir",
+    "data_dir",
+    "data_file",
+    "method.label",
+    "chain_run",
+)
 
 
 @dataclass
@@ -302,3 +311,10 @@ def load_runs(patterns: str | Iterable[str], eval_dir: str = "eval") -> RunSet:
     if not rows:
         raise UserError(f"none of the {len(dirs)} run dirs found could be read: {notes[-1]}")
     return RunSet(pd.DataFrame(rows), list(config_keys), list(metric_keys), notes)
+
+
+def method_labels(runs: pd.DataFrame, legacy: Sequence[str]) -> list[str]:
+    """Each run's row label: its config's ``method.label`` (set by the experiment or method config
+    that made it), else ``legacy`` (the label of a run made before ``method.label``)."""
+    labels = runs["method.label"] if "method.label" in runs else [None] * len(runs)
+    return [label if isinstance(label, str) else old for label, old in zip(labels, legacy)]

@@ -24,7 +24,7 @@ import pandas as pd
 
 from hnnsym.artifacts import save_figure, write_text
 from hnnsym.reporting.figures import noise_sweep_figure
-from hnnsym.reporting.runs import IDENTITY_KEYS, load_runs, method_names
+from hnnsym.reporting.runs import IDENTITY_KEYS, load_runs, method_labels, method_names
 from hnnsym.reporting.tables import (
     aggregate,
     beside_published,
@@ -36,8 +36,9 @@ from hnnsym.reporting.tables import (
 )
 
 SYSTEMS = ("double_well", "coupled_oscillator", "henon_heiles")
-# method label -> method name (config group `method`); "This work" with train.init=smoothed is ours
-# with the initial-state improvement (hnnsym.training.losses).
+# The rows in the paper's order: a run's row is its config's method.label (the table1_* experiments
+# set it); runs made before the label are placed by method name (config group `method`) here,
+# "This work" with train.init=smoothed being ours with the initial-state improvement.
 METHODS = {
     "This work": "hnn",
     "This work, smoothed y0": "hnn",
@@ -79,8 +80,8 @@ NOISE_METRICS = ("h_l1", "h_l1_rel", "vf_rel", "traj_mse", "vpt_mean")
 
 
 def method_label(method: str, init: object = None, ema: object = None) -> str:
-    """The Table 1 method of a run from its method name, train.init (missing: observed) and
-    train.ema (missing or NaN: no weight average)."""
+    """The Table 1 method of a run made before ``method.label``, from its method name, train.init
+    (missing: observed) and train.ema (missing or NaN: no weight average)."""
     if method == "hnn":
         if init == "smoothed":
             return "This work, smoothed y0"
@@ -96,7 +97,8 @@ def with_methods(runs: pd.DataFrame) -> pd.DataFrame:
     init = runs["train.init"] if "train.init" in runs else none
     ema = runs["train.ema"] if "train.ema" in runs else none
     out = runs.copy()
-    out["method"] = [method_label(m, i, a) for m, i, a in zip(method_names(runs), init, ema)]
+    legacy = [method_label(m, i, a) for m, i, a in zip(method_names(runs), init, ema)]
+    out["method"] = method_labels(runs, legacy)
     return out
 
 
@@ -104,7 +106,15 @@ def extra_keys(runs: pd.DataFrame, config_keys: Iterable[str], ignore: Iterable[
     """Config keys that vary within a (system, method) group, bookkeeping keys and ``ignore``
     (dotted prefixes cover their keys) left out."""
     ignore = set(ignore) | set(IDENTITY_KEYS)
-    ignore |= {"system.name", "method.name", "model.name", "train.init", "train.ema", "noise"}
+    ignore |= {
+        "system.name",
+        "method.name",
+        "method.label",
+        "model.name",
+        "train.init",
+        "train.ema",
+        "noise",
+    }
     groups = [runs["system.name"], runs["method"]]
     return [
         k for k in config_keys

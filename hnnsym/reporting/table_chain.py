@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hnnsym.reporting.runs import load_runs, method_names
+from hnnsym.reporting.runs import load_runs, method_labels, method_names
 from hnnsym.reporting.tables import (
     aggregate,
     beside_published,
@@ -47,6 +47,8 @@ SYSTEMS = {
     "coupled_pendulum": "coupled_pendulum",
 }
 SIZE_KEYS = ("system.params.links", "system.params.bobs")
+# the row of a run is its config's method.label (experiment=chain_<model>); runs made before the
+# label by method name:
 MODELS = {"chnn": "CHNN", "clnn": "CLNN", "hnn": "HNN (angles)", "node": "NODE"}
 FLOOR = "chaos floor"
 ORDER = ("CHNN", "CLNN", "HNN (angles)", "NODE", FLOOR)
@@ -83,9 +85,9 @@ def _integrator_label(name: object, composition: object) -> str:
     return name
 
 
-def model_label(method: str, integrator: str) -> str:
-    """CHNN, or ``CHNN, RATTLE-4`` for a model trained through another integrator than rk4."""
-    label = MODELS.get(method, method)
+def model_label(label: str, integrator: str) -> str:
+    """A run's label (CHNN), with the training integrator where it is not rk4 (``CHNN,
+    RATTLE-4``)."""
     return label if integrator in ("rk4", "-") else f"{label}, {integrator.upper()}"
 
 
@@ -115,10 +117,11 @@ def chain_runs(runs: pd.DataFrame) -> pd.DataFrame:
             _column(runs, "eval.integrator.name"), _column(runs, "eval.integrator.composition")
         )
     ]
+    labels = method_labels(runs, [MODELS.get(m, m) for m in method_names(runs)])
     return runs.assign(
         system=runs["system.name"].map(SYSTEMS),
         N=size.astype(int),
-        model=[model_label(m, i) for m, i in zip(method_names(runs), trained)],
+        model=[model_label(label, i) for label, i in zip(labels, trained)],
         noise=runs["noise.name"],
         trajectories=_column(runs, "data.n_train").fillna(-1).astype(int),
         epochs=_column(runs, "train.epochs").astype(int),

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hnnsym.reporting.runs import load_runs, method_names
+from hnnsym.reporting.runs import load_runs, method_labels, method_names
 from hnnsym.reporting.tables import (
     aggregate,
     beside_published,
@@ -30,7 +30,8 @@ from hnnsym.reporting.tables import (
 )
 
 SYSTEMS = ("mass_spring", "pendulum", "two_body")
-# table label -> method name (hnnsym/conf/method/<name>.yaml)
+# The rows in the paper's order: a run's row is its config's method.label (the ddlm* method
+# configs set it); runs made before the label are placed by method name here.
 METHODS = {
     "Euler": "ddlm_euler",
     "symplectic Euler": "ddlm_symplectic_euler",
@@ -91,7 +92,9 @@ def make_table(runs: pd.DataFrame) -> pd.DataFrame:
     )  # fmt: skip
     agg = None
     if len(runs):
-        runs = runs.assign(method=[method_label(m) for m in method_names(runs)])
+        runs = runs.assign(
+            method=method_labels(runs, [method_label(m) for m in method_names(runs)])
+        )
         agg = aggregate(runs, ["system.name", "method", "noise.name"], OURS)
     table = beside_published(agg, paper, ["system", "method", "noise"], OURS)
     systems = {name: i for i, name in enumerate(SYSTEMS)}

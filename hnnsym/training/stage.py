@@ -19,15 +19,20 @@ from hnnsym.artifacts import (
     requeued,
     write_text,
 )
-from hnnsym.config.build import build_model, build_optimizer, build_run_loss, build_scheduler
+from hnnsym.config.build import (
+    build_gradient,
+    build_integrator,
+    build_model,
+    build_optimizer,
+    build_run_loss,
+    build_scheduler,
+)
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.units import Units
 from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
-from hnnsym.ode.gradients import gradient_from_config
-from hnnsym.ode.integrators import integrator_from_config
 from hnnsym.physics.constrained import coordinates_problem
 from hnnsym.physics.pendulums import CONSTRAINED_SYSTEMS
 from hnnsym.physics.systems import MEASURED, system_from_config
@@ -42,7 +47,6 @@ from hnnsym.training.losses import LearnedStarts, LossContext, data_problem
 from hnnsym.training.trainer import (
     TrainData,
     Trainer,
-    TrainOptions,
     TrainState,
     few_steps_advice,
     steps_per_epoch,
@@ -196,8 +200,8 @@ def build_trainer(
     val_window = t.window if t.val_window is None else t.val_window
     val_windows = random_windows(val, val_window, torch.arange(val.shape[0]), val_generator)
     try:
-        integrator = integrator_from_config(OmegaConf.to_container(cfg.integrator, resolve=True))
-        gradient = gradient_from_config(OmegaConf.to_container(cfg.gradient, resolve=True))
+        integrator = build_integrator(cfg.integrator)
+        gradient = build_gradient(cfg.gradient)
     except ValueError as err:
         raise UserError(str(err)) from err
     context = LossContext(integrator, gradient, obs_dt, int(t.substeps), int(t.segments),
@@ -226,6 +230,6 @@ def build_trainer(
         starts = LearnedStarts(trajectories, t.segments, lr)
     return Trainer(
         model, loss, optimizer, scheduler,
-        TrainData(trajectories, val_windows, generator), TrainOptions.from_config(t), run_dir,
+        TrainData(trajectories, val_windows, generator), OmegaConf.to_object(t), run_dir,
         provenance(container, model_cfg, dim, system, data_file), starts,
     )  # fmt: skip

@@ -24,13 +24,13 @@ from typing import Any
 
 import pandas as pd
 import torch
-from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
 from hnnsym.artifacts import atomic_path, now_utc
 from hnnsym.config.build import same_model
+from hnnsym.config.schemas import TrainOptions
 from hnnsym.data.windows import take_windows, window_times
 from hnnsym.errors import ConvergenceError, UserError
 from hnnsym.ode.problem import SolverStats
@@ -71,31 +71,6 @@ def no_improvement_warning(state: TrainState) -> str | None:
         "nothing; try ingest's scaling (ingest.scale=auto), a smaller train.lr, more "
         "train.epochs, or check the data"
     )
-
-
-@dataclass
-class TrainOptions:
-    """The train options the loop itself uses (``train.*``; the rest build its parts)."""
-
-    epochs: int
-    batch_size: int
-    window: int
-    val_batch_size: int
-    patience: int  # early stop: epochs without a relative improvement of min_delta
-    min_delta: float
-    schedule: str = "plateau"  # the scheduler's name, recorded so a resume can refuse another
-    progress: bool = True
-    ema: float | None = None  # decay β of the weight average (WeightAverage); None: off
-    ema_start: int = 1  # the first epoch whose optimizer steps are averaged
-
-    @classmethod
-    def from_config(cls, t: DictConfig) -> TrainOptions:
-        ema = None if t.get("ema") is None else float(t.ema)
-        return cls(
-            int(t.epochs), int(t.batch_size), int(t.window), int(t.val_batch_size),
-            int(t.early_stop.patience), float(t.early_stop.min_delta), str(t.schedule),
-            bool(t.progress), ema, int(t.get("ema_start", 1)),
-        )  # fmt: skip
 
 
 @dataclass
@@ -385,11 +360,11 @@ class Trainer:
                 self.scheduler.step(row["val_loss"])
             else:
                 self.scheduler.step()
-            improved = row["val_loss"] < s.best_val * (1 - t.min_delta)
+            improved = row["val_loss"] < s.best_val * (1 - t.early_stop.min_delta)
             if row["val_loss"] < s.best_val:
                 s.best_val, s.best_epoch, s.time_to_best = row["val_loss"], s.epoch, s.elapsed
             s.bad_epochs = 0 if improved else s.bad_epochs + 1
-            if s.bad_epochs >= t.patience:
+            if s.bad_epochs >= t.early_stop.patience:
                 s.finished, s.stop_reason = True, f"validation plateau ({s.bad_epochs} epochs)"
             elif s.epoch >= t.epochs:
                 s.finished, s.stop_reason = True, "epoch budget"

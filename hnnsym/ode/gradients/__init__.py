@@ -1,8 +1,5 @@
 """Gradient methods: interchangeable ways to differentiate one rollout of ``integrate``."""
 
-from collections.abc import Mapping
-from typing import Any
-
 from hnnsym.ode.gradients.adjoint import Adjoint
 from hnnsym.ode.gradients.backprop import Backprop
 from hnnsym.ode.gradients.base import GradientMethod
@@ -30,9 +27,13 @@ def get_gradient(gradient: "str | GradientMethod", **options) -> GradientMethod:
         raise ValueError(f"gradient={gradient} takes no option {sorted(options)} ({err})") from err
 
 
-def gradient_from_config(node: "Mapping[str, Any]") -> GradientMethod:
-    """A gradient method from a config group node: ``name`` plus its options."""
-    return get_gradient(node["name"], **{k: v for k, v in node.items() if k != "name"})
-
-
-__all__ = ["GRADIENTS", "GradientMethod", "get_gradient", "gradient_from_config"]
+__all__ = [
+    "GRADIENTS",
+    "Adjoint",
+    "Backprop",
+    "Checkpoint",
+    "GradientMethod",
+    "Reversible",
+    "SymplecticAdjoint",
+    "get_gradient",
+]

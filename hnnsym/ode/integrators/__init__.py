@@ -12,13 +12,14 @@ bit for bit); a one-step map ``step_of`` (checkpoint needs it) and an exact one-
 (the stage predictor's history; ``advance`` below continues runs with it). Integrators never
 name gradient methods; a gradient method checks the capabilities it needs
 (``hnnsym.ode.gradients``). Solver options (tol, max_iter, predictor, on_fail; omega; frac_bits,
-rounding; manifold_tol, implicit_gradient; kind, nodes) belong to the integrator object, built by
-name with ``get_integrator``.
+rounding; manifold_tol, implicit_gradient; kind, nodes) belong to the integrator object: built
+by name with ``get_integrator``, or from a config node's ``_target_`` (``runge_kutta``,
+``discrete_gradient_integrator`` or one of the classes) by ``hnnsym.config.build.build_integrator``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
@@ -54,32 +55,45 @@ class Integrator(Protocol):
         """The same integrator, raising ConvergenceError on non-convergence whatever on_fail."""
 
 
-def _discrete_gradient(
+def discrete_gradient_integrator(
     kind: str = "gonzalez",
     nodes: int = 4,
     tol: float | None = None,
     max_iter: int = 50,
     on_fail: str = "raise",
 ) -> DiscreteGradientIntegrator:
+    """The discrete-gradient integrator with its fixed-point solver's options."""
     return DiscreteGradientIntegrator(FixedPoint(tol, max_iter, on_fail), kind, nodes)
 
 
-def _runge_kutta(tableau: Tableau) -> Callable[..., RungeKutta]:
-    def build(tol: float | None = None, max_iter: int = 50, predictor: str = "extrapolate",
-              on_fail: str = "raise") -> RungeKutta:  # fmt: skip
-        return RungeKutta(tableau, FixedPoint(tol, max_iter, on_fail), predictor)
+def runge_kutta(
+    tableau: str | Tableau,
+    tol: float | None = None,
+    max_iter: int = 50,
+    predictor: str = "extrapolate",
+    on_fail: str = "raise",
+) -> RungeKutta:
+    """The Runge–Kutta integrator of a tableau (a name in TABLEAUX, or a Tableau) with its stage
+    solver's options."""
+    if isinstance(tableau, str):
+        if tableau not in TABLEAUX:
+            raise ValueError(f"unknown tableau {tableau!r}; choose one of {sorted(TABLEAUX)}")
+        tableau = TABLEAUX[tableau]
+    return RungeKutta(tableau, FixedPoint(tol, max_iter, on_fail), predictor)
 
-    return build
+
+def _tableau(name: str) -> Callable[..., RungeKutta]:
+    return lambda **options: runge_kutta(name, **options)
 
 
 # name -> (factory, the options it takes)
 _STAGE_OPTIONS = ("tol", "max_iter", "predictor", "on_fail")
 INTEGRATORS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
-    **{name: (_runge_kutta(t), _STAGE_OPTIONS) for name, t in TABLEAUX.items()},
+    **{name: (_tableau(name), _STAGE_OPTIONS) for name in TABLEAUX},
     TaoSplitting.name: (TaoSplitting, ("omega",)),
     ReversibleLeapfrog.name: (ReversibleLeapfrog, ("frac_bits", "rounding")),
     DiscreteGradientIntegrator.name: (
-        _discrete_gradient,
+        discrete_gradient_integrator,
         ("kind", "nodes", "tol", "max_iter", "on_fail"),
     ),
     Rattle.name: (
@@ -101,7 +115,7 @@ def get_integrator(integrator: str | Tableau | Integrator, **options) -> Integra
     """An integrator from a name in INTEGRATORS (with its options), a Tableau (a RungeKutta with
     these stage-solver options), or an integrator object (returned as is; no options)."""
     if isinstance(integrator, Tableau):
-        return _runge_kutta(integrator)(**options)
+        return runge_kutta(integrator, **options)
     if not isinstance(integrator, str):
         if options:
             raise ValueError(f"options {sorted(options)} given with a built integrator")
@@ -134,16 +148,6 @@ def advance(
     return problem.step_by_step(y, start, end), ()
 
 
-def integrator_from_config(node: Mapping[str, Any]) -> Integrator:
-    """An integrator from a config group node: ``name`` plus options. Keys that other integrators
-    take are ignored (so a sweep's ``integrator.tol=...`` also runs with integrator=tao)."""
-    name = node["name"]
-    known = INTEGRATORS[name][1] if name in INTEGRATORS else ()
-    all_known = {k for _, ks in INTEGRATORS.values() for k in ks}
-    options = {k: v for k, v in node.items() if k != "name" and (k in known or k not in all_known)}
-    return get_integrator(name, **options)
-
-
 __all__ = [
     "DEFAULT_TOL",
     "DiscreteGradientIntegrator",
@@ -161,5 +165,6 @@ __all__ = [
     "advance",
     "as_separable",
     "get_integrator",
-    "integrator_from_config",
+    "discrete_gradient_integrator",
+    "runge_kutta",
 ]
