@@ -19,7 +19,8 @@ from hnnsym import integrate
 from hnnsym.config import CONF_DIR
 from hnnsym.config.build import build_model, build_run_loss
 from hnnsym.errors import IncompatibleError, UserError
-from hnnsym.evaluation.metrics import energies, grid_errors, rollout, rollout_metrics
+from hnnsym.evaluation.metrics import energies, grid_errors, rollout_metrics
+from hnnsym.evaluation.rollout import rollout
 from hnnsym.ode.dynamics import has_hamiltonian, vector_field
 from hnnsym.ode.integrators import TaoSplitting, get_integrator, integrator_from_config
 from hnnsym.physics.models import NODE

@@ -18,6 +18,7 @@ from hydra import compose, initialize_config_dir
 
 import hnnsym
 from hnnsym.artifacts import sha256, versions
+from hnnsym.checkpoints import save_checkpoint
 from hnnsym.config import CONF_DIR
 from hnnsym.data.hdf5 import Split, write_dataset
 from hnnsym.data.simulate import simulate
@@ -27,7 +28,6 @@ from hnnsym.ode.dynamics import vector_field
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.physics.models import HNN
 from hnnsym.physics.systems import get_system
-from hnnsym.training.checkpoints import save_checkpoint
 
 REPO = Path(hnnsym.__file__).resolve().parent.parent
 CONF = CONF_DIR

@@ -50,8 +50,8 @@ or "acceleration" (that divided by Δt²: for leapfrog, M⁻¹ times Eq. 13's re
 acceleration, PositionStepLoss in position units by default. The same minimiser and gradient
 direction either way, but Adam's ε is not scale-free: a position-unit residual is Δt² times
 smaller, so the second-moment root √v̂ can fall below ε (docs/papers/ddlm.md, "The 2-body column").
-A loss says what it learns from (``observes``: "qp" states, "q" positions); ``data_problem``
-checks the data and the model against it.
+A loss says what it learns from (``observes``: "qp" states, "q" positions);
+``hnnsym.compatibility.data_problem`` checks the data and the model against it.
 """
 
 from __future__ import annotations
@@ -384,38 +384,6 @@ class PositionStepLoss(Loss):
 def _check_units(units: str) -> None:
     if units not in UNITS:
         raise ValueError(f"units must be one of {UNITS}, got {units!r}")
-
-
-def data_problem(
-    observes: str, width: int, dim: int, model: nn.Module, method: str, source: str
-) -> str | None:
-    """What is wrong (one sentence) with training or evaluating ``method``, whose loss learns from
-    ``observes`` ("qp" | "q"), with ``model`` on the observations in ``source`` (a data file), of
-    ``width`` components (2d: states, d: positions); None when they fit."""
-    if width not in (dim, 2 * dim):
-        return (
-            f"{source} holds observations of {width} components, neither d={dim} nor 2d={2 * dim}"
-        )
-    if observes == "q" and width == 2 * dim:
-        return (
-            f"{source} holds (q, p) states, but method {method} learns from positions only; "
-            "generate them with generate.observe=q (written beside it as seed<k>_q.h5, the "
-            "file the method reads)"
-        )
-    if observes == "qp" and width == dim:
-        return (
-            f"{source} holds positions only (generate.observe=q), but method {method} needs "
-            "momenta too; use a position method (method=ddlm, ddlm_leapfrog, ...) or data "
-            "generated without generate.observe=q"
-        )
-    position_model = bool(getattr(model, "position_only", False))
-    if observes == "q" and not position_model:
-        return (f"method {method} needs a potential network (model=potential), not "
-                f"{type(model).__name__}")  # fmt: skip
-    if observes == "qp" and position_model:
-        return (f"model {type(model).__name__} is a potential V(q) for the position methods "
-                f"(method=ddlm, ...), not for method {method}")  # fmt: skip
-    return None
 
 
 def build_loss(partial: Callable[..., Loss], context: LossContext) -> Loss:

@@ -18,6 +18,14 @@ from hnnsym.artifacts import (
     remove_stale_temporaries,
     write_text,
 )
+from hnnsym.checkpoints import (
+    best_path,
+    last_path,
+    load_checkpoint,
+    provenance,
+    resume_from,
+)
+from hnnsym.compatibility import coordinates_problem, data_problem
 from hnnsym.config.build import build_model, build_optimizer, build_run_loss, build_scheduler
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
@@ -28,16 +36,9 @@ from hnnsym.errors import UserError
 from hnnsym.launchers import requeued
 from hnnsym.ode.gradients import gradient_from_config
 from hnnsym.ode.integrators import integrator_from_config
-from hnnsym.physics.constrained import CONSTRAINED_SYSTEMS, coordinates_problem
+from hnnsym.physics.constrained import CONSTRAINED_SYSTEMS
 from hnnsym.physics.systems import MEASURED, system_from_config
-from hnnsym.training.checkpoints import (
-    best_path,
-    last_path,
-    load_checkpoint,
-    provenance,
-    resume_from,
-)
-from hnnsym.training.losses import LearnedStarts, LossContext, data_problem
+from hnnsym.training.losses import LearnedStarts, LossContext
 from hnnsym.training.trainer import (
     TrainData,
     Trainer,
