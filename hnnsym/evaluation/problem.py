@@ -107,7 +107,7 @@ class Problem:
 
 @dataclass
 class Rolled:
-    """A part's rollout. ``states`` (T+1, B, 2d) and ``model`` are what the extras read, in the
+    """A part's rollout. ``states`` (T+1, B, w) and ``model`` are what the extras read, in the
     part's units (a recording's: ``model`` in them too); ``known_damping``: the data's true damping
     rate (None: unknown); ``detail``: the part's own intermediate results, for its later steps."""
 
@@ -129,7 +129,8 @@ class Part(Protocol):
         ...
 
     def baselines(self, p: Problem, r: Rolled, metrics: dict) -> tuple[dict, dict]:
-        """The baselines' metrics beside the model's, and their curves' columns."""
+        """The baselines' metrics beside the model's (``metrics``: the model's and its extras',
+        computed before), and their curves' columns."""
         ...
 
     def figures(self, p: Problem, r: Rolled, curves: pd.DataFrame) -> list[str]:
