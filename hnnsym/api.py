@@ -3,7 +3,7 @@
     run = hnnsym.load_run("outputs/measured/pendulum/hnn/seed0")
     ys = run.predict(states, times)   # states (B, 2d) at t = 0, times (K,) -> (K, B, 2d)
 
-The model comes from the run's checkpoint (``hnnsym.training.checkpoints.load_checkpoint``), the
+The model comes from the run's checkpoint (``hnnsym.checkpoints.run_checkpoint``), the
 scales from its data file's ``units`` attribute (``hnnsym.data.units``); the prediction is the
 one ``python -m hnnsym.evaluate`` makes (``hnnsym.evaluation.measured.Predictor``): the learned
 H through the integrator the run was trained with, or, for a model of positions (method=ddlm),
@@ -22,14 +22,15 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
+from hnnsym.checkpoints import run_checkpoint, trained_options
 from hnnsym.config.build import build_integrator, model_from_checkpoint
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.units import Units
 from hnnsym.errors import UserError
 from hnnsym.evaluation.measured import Predictor
 from hnnsym.evaluation.positions import prediction_scheme
-from hnnsym.physics.models import is_position_model
-from hnnsym.training.checkpoints import load_checkpoint, trained_options
+from hnnsym.ode.capabilities import has
+from hnnsym.physics.capabilities import ModelCapability
 
 
 @dataclass
@@ -45,7 +46,7 @@ class Run:
 
     @property
     def positions_only(self) -> bool:
-        return is_position_model(self.model)
+        return has(self.model, ModelCapability.POSITION_ONLY)
 
     def predict(self, states: np.ndarray, times: np.ndarray) -> np.ndarray:
         """The states (K, B, w) at ``times`` (K,), in the recording's units, from ``states`` at
@@ -83,10 +84,7 @@ def load_run(
     """The run in ``run_dir`` (its ``checkpoints/<checkpoint>.pt``), with the units of the data
     file it was trained on (or ``data_file``), in float64 on the CPU."""
     run_dir = Path(run_dir)
-    path = run_dir / "checkpoints" / f"{checkpoint}.pt"
-    if not path.exists():
-        raise UserError(f"no checkpoint at {path}; is {run_dir} a run dir of hnnsym.train?")
-    payload = load_checkpoint(path)
+    _, payload = run_checkpoint(run_dir, checkpoint, f"is {run_dir} a run dir of hnnsym.train?")
     model = model_from_checkpoint(payload).to(torch.float64).eval()
     model.requires_grad_(False)
     config = payload.get("config") or {}
@@ -95,7 +93,7 @@ def load_run(
     units = Units.from_attrs(attrs, int(payload["dim"]))
     obs_dt = float(attrs["obs_dt"])
     substeps = int(trained_options(payload).get("substeps") or 1)
-    if is_position_model(model):
+    if has(model, ModelCapability.POSITION_ONLY):
         scheme = prediction_scheme(OmegaConf.create(config))
         predictor = Predictor(model, obs_dt, None, 1, 100, scheme)
     else:

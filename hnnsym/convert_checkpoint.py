@@ -18,9 +18,7 @@ from pathlib import Path
 import torch
 
 from hnnsym.artifacts import atomic_path
-from hnnsym.cli import exits_cleanly
-from hnnsym.errors import UserError, first_line
-from hnnsym.training.checkpoints import (
+from hnnsym.checkpoints import (
     CHECKSUM,
     UnsafeCheckpointError,
     check_finite,
@@ -28,6 +26,8 @@ from hnnsym.training.checkpoints import (
     plain,
     save_checkpoint,
 )
+from hnnsym.cli import exits_cleanly
+from hnnsym.errors import UserError, first_line
 
 
 def convert(path: Path, trust: bool) -> str:

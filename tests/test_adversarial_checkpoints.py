@@ -19,17 +19,18 @@ import pytest
 import torch
 from stage_cli import TINY_GENERATE, assert_one_line_error, run_stage, tree_hashes
 
-from hnnsym.convert_checkpoint import convert as convert_in_process
-from hnnsym.errors import UserError
-from hnnsym.evaluation.metrics import RolloutResult, rollout_metrics
-from hnnsym.evaluation.summary import summary_text
-from hnnsym.physics.systems import get_system
-from hnnsym.training.checkpoints import (
+from hnnsym.checkpoints import (
     CHECKSUM,
     UnsafeCheckpointError,
     load_checkpoint,
     save_checkpoint,
 )
+from hnnsym.convert_checkpoint import convert as convert_in_process
+from hnnsym.errors import UserError
+from hnnsym.evaluation.metrics import rollout_metrics
+from hnnsym.evaluation.rollout import RolloutResult
+from hnnsym.evaluation.summary import summary_text
+from hnnsym.physics.systems import get_system
 
 pytestmark = pytest.mark.slow
 

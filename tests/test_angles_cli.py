@@ -16,9 +16,9 @@ import torch
 from stage_cli import assert_one_line_error, run_stage
 
 from hnnsym import integrate
+from hnnsym.checkpoints import load_checkpoint
 from hnnsym.data.hdf5 import Split, write_dataset
 from hnnsym.data.units import Units
-from hnnsym.training.checkpoints import load_checkpoint
 
 pytestmark = pytest.mark.slow
 

@@ -17,9 +17,10 @@ from omegaconf import OmegaConf
 
 from hnnsym import integrate
 from hnnsym.config import CONF_DIR
-from hnnsym.config.build import build_integrator, build_model, build_run_loss
+from hnnsym.config.build import build_integrator, build_model
 from hnnsym.errors import IncompatibleError, UserError
-from hnnsym.evaluation.metrics import energies, grid_errors, rollout, rollout_metrics
+from hnnsym.evaluation.metrics import energies, grid_errors, rollout_metrics
+from hnnsym.evaluation.rollout import rollout
 from hnnsym.ode.dynamics import has_hamiltonian, vector_field
 from hnnsym.ode.integrators import TaoSplitting, get_integrator
 from hnnsym.physics.models import NODE
@@ -38,6 +39,7 @@ from hnnsym.training.losses import (
     FiniteDifferenceLoss,
     LossContext,
     WindowLoss,
+    build_run_loss,
 )
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from hnnsym.compatibility import coordinates_problem
 from hnnsym.errors import UserError
-from hnnsym.physics.constrained import coordinates_problem
 from hnnsym.physics.constrained_models import CHNN, CLNN
 from hnnsym.physics.dissipative import DissipativeHNN
 from hnnsym.physics.models import HNN, NODE, SeparableHNN

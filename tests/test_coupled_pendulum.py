@@ -15,9 +15,9 @@ from scipy.integrate import solve_ivp
 from scipy.spatial.transform import Rotation
 
 from hnnsym import solve
+from hnnsym.compatibility import coordinates_problem
 from hnnsym.errors import UserError
 from hnnsym.ode.integrators import get_integrator
-from hnnsym.physics.constrained import coordinates_problem
 from hnnsym.physics.constrained_models import CHNN, CLNN
 from hnnsym.physics.models import HNN
 from hnnsym.physics.pendulums import chain_parameters, spherical_to_cartesian

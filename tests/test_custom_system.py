@@ -14,6 +14,7 @@ import torch
 from omegaconf import OmegaConf
 
 from hnnsym import integrate
+from hnnsym.checkpoints import load_checkpoint
 from hnnsym.config.build import model_from_checkpoint
 from hnnsym.config.schemas import validated
 from hnnsym.data.simulate import generate
@@ -24,7 +25,6 @@ from hnnsym.ode.capabilities import Capability, has
 from hnnsym.ode.dynamics import vector_field
 from hnnsym.physics.symbolic import SymbolicModel, parse
 from hnnsym.physics.systems import custom, get_system, system_from_config
-from hnnsym.training.checkpoints import load_checkpoint
 from hnnsym.training.stage import train
 
 F64 = torch.float64

@@ -12,11 +12,10 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from hnnsym.config import CONF_DIR
-from hnnsym.config.build import build_run_loss
 from hnnsym.errors import UserError
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.physics.models import Potential
-from hnnsym.training.losses import Eq12Loss, LossContext, PositionStepLoss
+from hnnsym.training.losses import Eq12Loss, LossContext, PositionStepLoss, build_run_loss
 
 REPO = Path(__file__).resolve().parent.parent
 F64 = torch.float64

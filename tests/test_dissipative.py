@@ -17,7 +17,7 @@ from torch import Tensor
 from hnnsym import integrate, solve
 from hnnsym.data.simulate import energy_report, simulate
 from hnnsym.errors import IncompatibleError
-from hnnsym.evaluation.metrics import damping_metrics
+from hnnsym.evaluation.damping import damping_metrics
 from hnnsym.ode.dynamics import symplectic_gradient, vector_field
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.problem import Problem

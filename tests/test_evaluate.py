@@ -15,19 +15,28 @@ import pandas as pd
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 import hnnsym
 from hnnsym.artifacts import sha256, versions
+from hnnsym.checkpoints import run_checkpoint, save_checkpoint
 from hnnsym.config import CONF_DIR
 from hnnsym.data.hdf5 import Split, write_dataset
 from hnnsym.data.simulate import simulate
 from hnnsym.errors import UserError
+from hnnsym.evaluation.constrained import ConstrainedPart
+from hnnsym.evaluation.extras import extras
+from hnnsym.evaluation.hamiltonian import HamiltonianPart
+from hnnsym.evaluation.measured import MeasuredPart
+from hnnsym.evaluation.positions import PositionPart
+from hnnsym.evaluation.problem import Kind, Problem, Rolled
+from hnnsym.evaluation.registry import part_for, summary_part
 from hnnsym.evaluation.stage import evaluate
 from hnnsym.ode.dynamics import vector_field
 from hnnsym.ode.integrators import get_integrator
+from hnnsym.physics.capabilities import ModelCapability
 from hnnsym.physics.models import HNN
 from hnnsym.physics.systems import get_system
-from hnnsym.training.checkpoints import save_checkpoint
 
 REPO = Path(hnnsym.__file__).resolve().parent.parent
 CONF = CONF_DIR
@@ -344,3 +353,65 @@ def test_an_evaluation_of_other_data_is_replaced_only_when_asked(data_dir, tmp_p
     (tmp_path / "afile").write_text("")
     with pytest.raises(UserError, match="cannot write to the evaluation directory"):
         evaluate(compose_cfg(data_dir, run_dir, *fast, f"eval.out_dir={tmp_path / 'afile' / 'x'}"))
+
+
+# ---- the parts: chosen by what the data and the model are, not by their names ----------------
+
+
+def kind_problem(system, model, **cfg) -> Problem:
+    """A Problem holding only what choosing a part and the extras read."""
+    return Problem(OmegaConf.create({"eval": {"chunk": 1024, **cfg}}), Path("."), model, system,
+                   None, {}, None, None, 0.1, 1, 1, "clean")  # fmt: skip
+
+
+class DeclaresPositionsOnly(torch.nn.Module):
+    """No name evaluation knows; it declares what it is."""
+
+    capabilities = frozenset({ModelCapability.POSITION_ONLY})
+
+
+class DeclaresMasses(torch.nn.Module):
+    capabilities = frozenset({ModelCapability.MASSES})
+
+    def masses(self) -> torch.Tensor:
+        return torch.tensor([1.5, 0.5])
+
+
+def test_the_part_follows_the_kind_of_data_and_the_declared_capabilities():
+    pendulum, chain = get_system("pendulum"), get_system("chain_pendulum")
+    assert isinstance(part_for(kind_problem(pendulum, HNN(1))), HamiltonianPart)
+    assert isinstance(part_for(kind_problem(pendulum, DeclaresPositionsOnly())), PositionPart)
+    assert isinstance(part_for(kind_problem(get_system("measured", dim=1), HNN(1))), MeasuredPart)
+    assert isinstance(part_for(kind_problem(chain, HNN(4))), ConstrainedPart)
+    probed = HNN(1)
+    probed.position_only = True  # an attribute, not a declaration: not read
+    assert kind_problem(pendulum, probed).kind == Kind("own", "qp", "known")
+    with pytest.raises(UserError, match="no evaluation for a model observing q of chain_pendulum"):
+        part_for(kind_problem(chain, DeclaresPositionsOnly()))
+
+
+def test_extras_follow_the_declared_capabilities():
+    pendulum = get_system("pendulum")
+    states = torch.zeros(3, 2, 2, dtype=torch.float64)
+    declared = kind_problem(pendulum, DeclaresMasses())
+    assert extras(declared, Rolled(states, declared.model)) == {"mass_learned": [1.5, 0.5]}
+    assert extras(kind_problem(pendulum, HNN(1)), Rolled(states, HNN(1))) == {}
+    # damped data: the damping of a model without any is reported beside the true rate
+    found = extras(kind_problem(pendulum, HNN(1)), Rolled(states, HNN(1), known_damping=0.3))
+    assert found["damping_true"] == 0.3 and found["damping_learned"] is None
+
+
+def test_the_summary_is_the_part_that_wrote_the_metrics():
+    assert isinstance(summary_part({"prediction": {"scheme": "eq12"}}), PositionPart)
+    assert isinstance(summary_part({"system": {"name": "measured"}}), MeasuredPart)
+    assert isinstance(summary_part({"floor_rel_err_gmean": 0.1}), ConstrainedPart)
+    assert isinstance(summary_part({"grid_points_per_axis": 60}), HamiltonianPart)
+
+
+def test_a_run_checkpoint_without_its_model_keys_is_one_line(data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(UserError, match=r"no checkpoint at .*best.pt; train first"):
+        run_checkpoint(run_dir, "best", "train first")
+    save_checkpoint(run_dir / "checkpoints" / "best.pt", {"model": {}, "model_config": {}})
+    with pytest.raises(UserError, match=r"lacks \['dim', 'system'\]; was it written by hnnsym"):
+        run_checkpoint(run_dir, "best", "train first")

@@ -58,16 +58,6 @@ LAYERS: dict[str, int] = {
     ),
 }  # fmt: skip
 
-# Imports known to point sideways, which other work in progress removes (evaluation reads the
-# checkpoints from below training; the compatibility rules leave training.losses). Delete each
-# entry when its import is gone: test_known_violations_are_still_there fails until then.
-KNOWN: set[tuple[str, str]] = {
-    ("hnnsym.evaluation.measured", "hnnsym.training.checkpoints"),
-    ("hnnsym.evaluation.stage", "hnnsym.training.checkpoints"),
-    ("hnnsym.evaluation.stage", "hnnsym.training.losses"),
-    ("hnnsym.config.build", "hnnsym.training.losses"),
-}
-
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
@@ -122,7 +112,7 @@ def test_imports_point_down():
     wrong = []
     for source, target in edges():
         a, b = unit(source), unit(target)
-        if a == b or (source, target) in KNOWN:
+        if a == b:
             continue
         if LAYERS[b] < LAYERS[a] or LAYERS[a] == LAYERS[b] == ENTRY:
             continue
@@ -131,11 +121,6 @@ def test_imports_point_down():
             f"{source} ({a}, layer {LAYERS[a]}) imports {target} {how} (layer {LAYERS[b]})"
         )
     assert not wrong, "\n".join(wrong)
-
-
-def test_known_violations_are_still_there():
-    stale = KNOWN - set(edges())
-    assert not stale, f"these imports are gone: delete them from KNOWN: {sorted(stale)}"
 
 
 def test_the_checker_sees_an_upward_import(tmp_path):

@@ -11,16 +11,15 @@ import hnnsym
 from hnnsym.data.simulate import simulate
 from hnnsym.errors import ConvergenceError
 from hnnsym.evaluation.metrics import (
-    RolloutResult,
     default_grid_points,
     geometric_mean_over_time,
     grid_errors,
     hamiltonian_error,
     relative_error,
-    rollout,
     rollout_metrics,
     valid_prediction_time,
 )
+from hnnsym.evaluation.rollout import RolloutResult, rollout
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.physics.models import HNN
 from hnnsym.physics.systems import get_system

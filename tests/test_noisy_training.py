@@ -14,7 +14,7 @@ from torch import nn
 from hnnsym.config.schemas import EarlyStopSchema, validated
 from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
-from hnnsym.evaluation.metrics import fit_initial_states
+from hnnsym.evaluation.initial_states import fit_initial_states
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.solve import solve
 from hnnsym.physics.systems import double_well

@@ -24,7 +24,6 @@ from hnnsym.ode.gradients import GRADIENTS, GradientMethod
 from hnnsym.ode.integrators import INTEGRATORS, Integrator, get_integrator
 from hnnsym.physics.capabilities import check_model
 from hnnsym.physics.models import MODELS
-from hnnsym.training.losses import Loss, LossContext, build_loss
 
 # Keys of a model config that label it and are not constructor arguments.
 MODEL_LABELS = ("name",)
@@ -194,12 +193,3 @@ def build_scheduler(train: DictConfig, optimizer: torch.optim.Optimizer) -> Any:
         return partial(optimizer)
     except (TypeError, ValueError) as err:
         raise UserError(f"train.schedulers.{train.schedule}: {err}") from err
-
-
-def build_run_loss(method: DictConfig, context: LossContext) -> Loss:
-    """``method.loss`` (a partial loss class) completed with the run's LossContext."""
-    partial = instantiate(method.loss, "method.loss")
-    try:
-        return build_loss(partial, context)
-    except (TypeError, ValueError) as err:
-        raise UserError(f"method.loss: {err}") from err

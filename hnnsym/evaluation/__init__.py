@@ -1,2 +1,3 @@
-"""Evaluation of a trained run: grid and rollout metrics (metrics), figures (plots), and the
-evaluate stage (stage)."""
+"""Evaluation of a trained run: the evaluate stage (stage: one pipeline), the problem and its parts
+(problem, registry, extras; hamiltonian, constrained, positions, measured), metrics, rollouts and
+figures (metrics, rollout, initial_states, damping, horizons, plots)."""

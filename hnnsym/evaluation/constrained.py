@@ -16,7 +16,9 @@ states):
                          learned rollout (Cartesian models; 0 by construction in angles)
     energy_drift_true_max / _mean   |E(ẑ_t) − E(ẑ_0)| of the true H along the rollout, and
     energy_drift_rel_mean           the same divided by |E(z_0)|
-    mass_learned, mass_true         the per-body masses of a model with ``masses()`` (CHNN)
+    mass_learned, mass_true         the per-body masses of a model declaring them (CHNN; an
+                                    extra, ``hnnsym.evaluation.extras.EXTRAS``)
+The chaos floor is this part's baseline, written after the model's metrics.
 """
 
 from __future__ import annotations
@@ -29,36 +31,27 @@ import numpy as np
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
-from omegaconf import DictConfig
-from torch import Tensor, nn
+from torch import Tensor
 
 from hnnsym.artifacts import save_figure
-from hnnsym.config.build import build_integrator
 from hnnsym.errors import UserError
+from hnnsym.evaluation.hamiltonian import run_integrator
 from hnnsym.evaluation.metrics import (
     geometric_mean_over_time,
     relative_error,
-    rollout,
     valid_prediction_time,
 )
+from hnnsym.evaluation.problem import Problem, Rolled
+from hnnsym.evaluation.rollout import rollout
 from hnnsym.evaluation.summary import number, summary_text
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.solve import integrate
-from hnnsym.physics.constrained import (
-    CARTESIAN_SYSTEMS,
-    CONSTRAINED_SYSTEMS,
-    from_angles,
-    onto_manifold,
-    project_onto_manifold,
-)
+from hnnsym.physics.constraints import onto_manifold, project_onto_manifold
+from hnnsym.physics.pendulums import CARTESIAN_SYSTEMS, from_angles
 from hnnsym.physics.systems import System, get_system
 
 FLOOR_EPS = 1e-4
 PHI_PLOT_MAX = 1e30  # constraints.png draws |Φ| up to this
-
-
-def is_constrained(system: System) -> bool:
-    return system.name in CONSTRAINED_SYSTEMS
 
 
 def cartesian(system: System, states: Tensor) -> tuple[System, Tensor]:
@@ -95,96 +88,109 @@ def chaos_floor(cart: System, z0: Tensor, obs_dt: float, steps: int, fine_dt: fl
     return torch.stack(ys)
 
 
-def evaluate_constrained(
-    cfg: DictConfig,
-    out: Path,
-    system: System,
-    model: nn.Module,
-    truth: Tensor,
-    t: Tensor,
-    obs_dt: float,
-    steps: int,
-    substeps: int,
-    fine_dt: float | None,
-) -> tuple[dict, pd.DataFrame, list[str]]:
-    """Metrics (module doc), per-step curves and figures of ``model`` on the test states
-    ``truth`` (T+1, B, 2d) of a chain pendulum in either coordinates."""
-    e = cfg.eval
-    try:
-        integ = build_integrator(cfg.integrator)
-    except ValueError as err:
-        raise UserError(str(err)) from err
-    start = onto_manifold(model, truth[0])  # the model's own mass may differ from the data's
-    result = rollout(model, start, obs_dt, steps, integ, substeps=substeps, segment=e.segment)
-    cart, truth_c = cartesian(system, truth)
-    _, pred_c = cartesian(system, result.states)
-    valid = result.valid()
-    rel = relative_error(pred_c, truth_c).where(valid, 1.0)
-    gmean = geometric_mean_over_time(rel, t)
-    pooled = rel[1:].clamp_min(1e-300).log().mean().exp()
-    vpt, censored = valid_prediction_time(rel, t, e.valid_threshold)
-    floor = chaos_floor(cart, truth_c[0], obs_dt, steps, fine_dt or obs_dt / 6, int(cfg.seed))
-    rel_floor = relative_error(floor, truth_c)
-    n = cart.dim
-    inv = cart.inverse_mass.to(pred_c)
-    phi = cart.constraints.phi(pred_c[..., :n]).abs().amax(-1)  # (T+1, B)
-    phidot = cart.constraints.velocity(pred_c[..., :n], pred_c[..., n:] * inv).abs().amax(-1)
-    energy = cart(pred_c)
-    drift = (energy - energy[0]).abs()
-    e0 = cart(truth_c[0]).abs()
+class ConstrainedPart:
+    """A constrained mechanism, compared in Cartesian coordinates (module doc)."""
 
-    def over_valid(x: Tensor, reduce: str) -> float:
-        if not bool(valid[1:].any()):  # no state predicted (the starts are given)
-            return math.nan
-        x = x[valid]
-        return float(x.mean() if reduce == "mean" else x.max())
+    starts = False
 
-    masses = getattr(model, "masses", None)
-    core = {
-        "notes": [
-            "constrained system: states compared in Cartesian coordinates [x, p]; no H grid "
-            "errors (the box is mostly off the constraint manifold)"
-        ],
-        "rollout_trajectories": int(truth.shape[1]),
-        "rollout_steps": int(steps),
-        "rollout_horizon": float(t[-1] - t[0]),
-        "rollout_dt": obs_dt / substeps,
-        "rollout_substeps": substeps,
-        "rollout_integrator": integ.name,
-        "rollout_failed": float(result.failed.double().mean()),
-        "rollout_failures": sorted({r for r in result.fail_reason if r}),
-        "rel_err_gmean": float(gmean.mean()),
-        "rel_err_gmean_pooled": float(pooled),
-        "rel_err_final": float(rel[-1].mean()),
-        "floor_rel_err_gmean": float(geometric_mean_over_time(rel_floor, t).mean()),
-        "floor_rel_err_gmean_pooled": float(rel_floor[1:].clamp_min(1e-300).log().mean().exp()),
-        "floor_perturbation": FLOOR_EPS,
-        "vpt_mean": float(vpt.mean()),
-        "vpt_censored": float(censored.double().mean()),
-        "vpt_threshold": float(e.valid_threshold),
-        "constraint_phi_max": over_valid(phi, "max"),
-        "constraint_phi_mean": over_valid(phi, "mean"),
-        "constraint_phidot_max": over_valid(phidot, "max"),
-        "energy_drift_true_max": over_valid(drift, "max"),
-        "energy_drift_true_mean": over_valid(drift, "mean"),
-        "energy_drift_rel_mean": over_valid(drift / e0.clamp_min(1e-300), "mean"),
-        "mass_true": list(cart.masses),
-        "mass_learned": masses().detach().cpu().tolist() if callable(masses) else None,
-    }
-    curves = pd.DataFrame({
-        "step": np.arange(steps + 1),
-        "t": (t - t[0]).cpu().numpy(),
-        "rel_err_mean": rel.mean(1).cpu().numpy(),
-        "rel_err_median": rel.median(1).values.cpu().numpy(),
-        "floor_rel_err_mean": rel_floor.mean(1).cpu().numpy(),
-        "constraint_phi_max": phi.where(valid, math.nan).nan_to_num(0).amax(1).cpu().numpy(),
-        "energy_drift_true_mean": drift.where(valid, 0).mean(1).cpu().numpy(),
-    })  # fmt: skip
-    figures = []
-    if e.figures:
-        draw(out, curves, pred_c, truth_c, cart, int(e.plot_trajectories))
-        figures = ["rollout_error", "constraints", "chain"]
-    return core, curves, figures
+    def roll_out(self, p: Problem) -> Rolled:
+        start = onto_manifold(
+            p.model, p.truth[0]
+        )  # the model's own mass may differ from the data's
+        integ = run_integrator(p)
+        result = rollout(p.model, start, p.obs_dt, p.steps, integ, substeps=p.substeps,
+                         segment=p.e.segment)  # fmt: skip
+        cart, truth_c = cartesian(p.system, p.truth)
+        _, pred_c = cartesian(p.system, result.states)
+        detail = {"result": result, "integrator": integ, "cart": cart, "truth_c": truth_c,
+                  "pred_c": pred_c}  # fmt: skip
+        return Rolled(p.truth, p.model, None, detail)
+
+    def metrics(self, p: Problem, r: Rolled) -> tuple[dict, pd.DataFrame]:
+        e, t, steps = p.e, p.t, p.steps
+        result, cart = r.detail["result"], r.detail["cart"]
+        truth_c, pred_c = r.detail["truth_c"], r.detail["pred_c"]
+        valid = result.valid()
+        rel = relative_error(pred_c, truth_c).where(valid, 1.0)
+        gmean = geometric_mean_over_time(rel, t)
+        pooled = rel[1:].clamp_min(1e-300).log().mean().exp()
+        vpt, censored = valid_prediction_time(rel, t, e.valid_threshold)
+        n = cart.dim
+        inv = cart.inverse_mass.to(pred_c)
+        phi = cart.constraints.phi(pred_c[..., :n]).abs().amax(-1)  # (T+1, B)
+        phidot = cart.constraints.velocity(pred_c[..., :n], pred_c[..., n:] * inv).abs().amax(-1)
+        energy = cart(pred_c)
+        drift = (energy - energy[0]).abs()
+        e0 = cart(truth_c[0]).abs()
+
+        def over_valid(x: Tensor, reduce: str) -> float:
+            if not bool(valid[1:].any()):  # no state predicted (the starts are given)
+                return math.nan
+            x = x[valid]
+            return float(x.mean() if reduce == "mean" else x.max())
+
+        core = {
+            "notes": [
+                "constrained system: states compared in Cartesian coordinates [x, p]; no H grid "
+                "errors (the box is mostly off the constraint manifold)"
+            ],
+            "rollout_trajectories": int(p.truth.shape[1]),
+            "rollout_steps": int(steps),
+            "rollout_horizon": float(t[-1] - t[0]),
+            "rollout_dt": p.obs_dt / p.substeps,
+            "rollout_substeps": p.substeps,
+            "rollout_integrator": r.detail["integrator"].name,
+            "rollout_failed": float(result.failed.double().mean()),
+            "rollout_failures": sorted({why for why in result.fail_reason if why}),
+            "rel_err_gmean": float(gmean.mean()),
+            "rel_err_gmean_pooled": float(pooled),
+            "rel_err_final": float(rel[-1].mean()),
+            "vpt_mean": float(vpt.mean()),
+            "vpt_censored": float(censored.double().mean()),
+            "vpt_threshold": float(e.valid_threshold),
+            "constraint_phi_max": over_valid(phi, "max"),
+            "constraint_phi_mean": over_valid(phi, "mean"),
+            "constraint_phidot_max": over_valid(phidot, "max"),
+            "energy_drift_true_max": over_valid(drift, "max"),
+            "energy_drift_true_mean": over_valid(drift, "mean"),
+            "energy_drift_rel_mean": over_valid(drift / e0.clamp_min(1e-300), "mean"),
+            "mass_true": list(cart.masses),
+            "mass_learned": None,  # a model declaring its masses reports them (an extra)
+        }
+        curves = pd.DataFrame({
+            "step": np.arange(steps + 1),
+            "t": (t - t[0]).cpu().numpy(),
+            "rel_err_mean": rel.mean(1).cpu().numpy(),
+            "rel_err_median": rel.median(1).values.cpu().numpy(),
+            "constraint_phi_max": phi.where(valid, math.nan).nan_to_num(0).amax(1).cpu().numpy(),
+            "energy_drift_true_mean": drift.where(valid, 0).mean(1).cpu().numpy(),
+        })  # fmt: skip
+        return core, curves
+
+    def baselines(self, p: Problem, r: Rolled, metrics: dict) -> tuple[dict, dict]:
+        """The chaos floor: the ground truth from perturbed starts against the ground truth."""
+        truth_c = r.detail["truth_c"]
+        fine_dt = p.data.attrs.get("fine_dt") or p.obs_dt / 6
+        floor = chaos_floor(r.detail["cart"], truth_c[0], p.obs_dt, p.steps, fine_dt,
+                            int(p.cfg.seed))  # fmt: skip
+        rel_floor = relative_error(floor, truth_c)
+        found = {
+            "floor_rel_err_gmean": float(geometric_mean_over_time(rel_floor, p.t).mean()),
+            "floor_rel_err_gmean_pooled": float(rel_floor[1:].clamp_min(1e-300).log().mean().exp()),
+            "floor_perturbation": FLOOR_EPS,
+        }
+        return found, {"floor_rel_err_mean": rel_floor.mean(1).cpu().numpy()}
+
+    def figures(self, p: Problem, r: Rolled, curves: pd.DataFrame) -> list[str]:
+        draw(p.out, curves, r.detail["pred_c"], r.detail["truth_c"], r.detail["cart"],
+             int(p.e.plot_trajectories))  # fmt: skip
+        return ["rollout_error", "constraints", "chain"]
+
+    def wrote(self, m: dict) -> bool:
+        return "floor_rel_err_gmean" in m
+
+    def summary(self, m: dict, out: Path) -> str:
+        return constrained_summary(m, out)
 
 
 def draw(out: Path, curves: pd.DataFrame, pred: Tensor, truth: Tensor, cart: System,

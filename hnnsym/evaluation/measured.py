@@ -46,26 +46,22 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
+from hnnsym.checkpoints import trained_options
 from hnnsym.config.build import build_integrator
-from hnnsym.data.hdf5 import Dataset
 from hnnsym.data.units import Units
 from hnnsym.errors import UserError
 from hnnsym.evaluation import horizons, plots
-from hnnsym.evaluation.metrics import (
-    RolloutResult,
-    damping_metrics,
-    energies,
-    rollout,
-    rollout_metrics,
-)
+from hnnsym.evaluation.metrics import energies, rollout_metrics
 from hnnsym.evaluation.positions import prediction_scheme, rollout_positions
+from hnnsym.evaluation.problem import Problem, Rolled
+from hnnsym.evaluation.rollout import RolloutResult, rollout
 from hnnsym.evaluation.summary import number, summary_text
+from hnnsym.ode.capabilities import has
 from hnnsym.ode.dynamics import has_hamiltonian
-from hnnsym.physics.dissipative import is_dissipative_model
-from hnnsym.physics.models import is_position_model
-from hnnsym.physics.systems import System
-from hnnsym.training.checkpoints import trained_options
+from hnnsym.physics.capabilities import ModelCapability
+from hnnsym.physics.systems import MEASURED
 
+DAMPING, POSITION_ONLY = ModelCapability.DAMPING, ModelCapability.POSITION_ONLY
 UNAVAILABLE = ("h_l1", "h_l1_raw", "h_l1_rel", "h_offset", "vf_l1", "vf_rel", "grid_size")
 
 
@@ -105,7 +101,7 @@ class Predictor:
     @property
     def given(self) -> int:
         """How many observations a prediction starts from (1: a state, 2: two positions)."""
-        return 2 if is_position_model(self.model) else 1
+        return 2 if has(self.model, POSITION_ONLY) else 1
 
     def predict(self, given: Tensor, steps: int) -> tuple[Tensor, list[str]]:
         """From the first ``given`` observations (g, B, w) the next ``steps`` (steps, B, w), NaN
@@ -124,12 +120,12 @@ def predictor_from_config(
     cfg: DictConfig, model: nn.Module, obs_dt: float, substeps: int
 ) -> Predictor:
     integ = None
-    if not is_position_model(model):
+    if not has(model, POSITION_ONLY):
         try:
             integ = build_integrator(cfg.integrator)
         except ValueError as err:
             raise UserError(str(err)) from err
-    scheme = prediction_scheme(cfg) if is_position_model(model) else ("eq12", None, 30)
+    scheme = prediction_scheme(cfg) if has(model, POSITION_ONLY) else ("eq12", None, 30)
     return Predictor(model, obs_dt, integ, substeps, int(cfg.eval.segment), scheme)
 
 
@@ -172,6 +168,8 @@ class RecordingDamping:
     """R(y) = D R̃(D⁻¹ y) D / c in the recording's units (D the state scales, c the action): the
     damping of f = (J⁻¹ − R)∇H, for ``damping_metrics``."""
 
+    capabilities = frozenset({ModelCapability.DAMPING})
+
     def __init__(self, model: nn.Module, units: Units) -> None:
         self.model, self.action = model, units.action
         self.scales = torch.as_tensor(units.state_scales(2 * units.dim))
@@ -186,30 +184,45 @@ def _tensor(x: np.ndarray, like: Tensor) -> Tensor:
     return torch.as_tensor(x).to(like)
 
 
-def horizon_metrics(
-    e: DictConfig,
-    predictor: Predictor,
-    units: Units,
-    test: np.ndarray,
-    train: np.ndarray,
-    like: Tensor,
-) -> tuple[dict, dict]:
-    """The horizon metrics (``hnnsym.evaluation.horizons``) of the test trajectories (N, T+1, w)
-    with the linear baseline fitted on the training ones, all in recording units; and what the
-    figure needs."""
-    d, g = units.dim, predictor.given
-    periodic = list(units.periodic)
+@dataclass
+class Windows:
+    """The model's predictions on the test windows (``window_predictions``): horizons ``hs``
+    (the longest, ``hs[-1]``, the windows' length), the windows (B, g + H, w) and the predictions
+    (B, H, w) in the stored (scaled) units, the failures' reasons."""
+
+    hs: list[int]
+    scaled: np.ndarray
+    pred_scaled: np.ndarray
+    reasons: list[str]
+
+
+def window_predictions(
+    e: DictConfig, predictor: Predictor, test: np.ndarray, like: Tensor
+) -> Windows:
+    """Cut the test trajectories (N, T+1, w) into non-overlapping windows of the longest of
+    ``eval.horizons`` (``hnnsym.evaluation.horizons``) and predict each from its first state(s)."""
+    g = predictor.given
     asked = None if e.get("horizons") is None else list(e.horizons)
     try:
         hs = horizons.choose_horizons(asked, test.shape[1] - g)
     except ValueError as err:
         raise UserError(str(err)) from err
-    H = hs[-1]
-    windows_scaled = horizons.tile_windows(test, H + g - 1)  # (B, g + H, w)
+    windows_scaled = horizons.tile_windows(test, hs[-1] + g - 1)  # (B, g + H, w)
     given = _tensor(windows_scaled[:, :g], like).transpose(0, 1)
-    pred_scaled, reasons = predictor.predict(given, H)
-    pred = units.to_recording(pred_scaled.transpose(0, 1).cpu().numpy())
-    windows = units.to_recording(windows_scaled)
+    pred_scaled, reasons = predictor.predict(given, hs[-1])
+    return Windows(hs, windows_scaled, pred_scaled.transpose(0, 1).cpu().numpy(), reasons)
+
+
+def horizon_metrics(
+    w: Windows, predictor: Predictor, units: Units, train: np.ndarray
+) -> tuple[dict, dict]:
+    """The horizon metrics of the window predictions ``w`` beside the baselines' (the linear one
+    fitted on the training trajectories), all in recording units; and what the figure needs."""
+    d, g = units.dim, predictor.given
+    periodic = list(units.periodic)
+    hs, H = w.hs, w.hs[-1]
+    pred = units.to_recording(w.pred_scaled)
+    windows = units.to_recording(w.scaled)
     observed = windows[:, g:]
     dt = predictor.obs_dt * units.time
     coef = horizons.fit_linear(units.to_recording(train), periodic, order=g)
@@ -233,15 +246,14 @@ def horizon_metrics(
             ref = base_mse[b][h]
             out[f"ratio_h{h}_{b}"] = model_mse[h] / ref if ref > 0 else math.nan
     labels, _ = axis_labels(units, d)
-    names = labels[: test.shape[-1]]
+    names = labels[: w.scaled.shape[-1]]
     per = {"model": horizons.per_coordinate_mse(pred, observed, H, periodic)}
     per |= {b: horizons.per_coordinate_mse(p, observed, H, periodic) for b, p in base.items()}
     out["mse_per_coordinate"] = {k: dict(zip(names, map(float, v), strict=True))
                                  for k, v in per.items()}  # fmt: skip
-    out["warning"] = not_learned_warning(out)
     curve = {"times": out["horizon_times"], "model": [model_mse[h] for h in hs],
              "baselines": {b: [base_mse[b][h] for h in hs] for b in base}}  # fmt: skip
-    return out, {"curve": curve, "reasons": reasons}
+    return out, {"curve": curve, "reasons": w.reasons}
 
 
 def not_learned_warning(m: dict) -> str | None:
@@ -267,140 +279,163 @@ def not_learned_warning(m: dict) -> str | None:
     )
 
 
-def evaluate_measured(
-    cfg: DictConfig,
-    out: Path,
-    system: System,
-    model: nn.Module,
-    truth: Tensor,
-    t: Tensor,
-    obs_dt: float,
-    steps: int,
-    substeps: int,
-    data: Dataset,
-    payload: dict,
-) -> tuple[dict, pd.DataFrame, list[str]]:
-    """Metrics (with notes), per-step curves and figures of a model of a recording, in its
-    units; ``truth`` (T+1, B, w) are the observed test trajectories (stored units; w = 2d states
-    or d positions), ``t`` their times, ``data`` the file (its train split and units)."""
-    e = cfg.eval
-    d = system.dim
-    units = Units.from_attrs(data.attrs, d)
-    periodic = list(units.periodic)
-    predictor = predictor_from_config(cfg, model, obs_dt, substeps)
-    g = predictor.given
-    if truth.shape[0] < g + 1:
-        raise UserError(f"the test trajectories need at least {g} steps to predict from {g} "
-                        "observation(s)")  # fmt: skip
-    test = data.splits["test"].observed[: truth.shape[1]]
-    train = data.splits["train"].observed
-    metrics: dict[str, Any] = dict.fromkeys(UNAVAILABLE)
-    found, drawn = horizon_metrics(e, predictor, units, test, train, truth)
-    metrics |= found
-    labels, time_label = axis_labels(units, d)
+class MeasuredPart:
+    """A recording: no true H, compared with its observations in its own units (module doc)."""
 
-    # the whole test trajectories from their first observation(s)
-    pred_scaled, reasons = predictor.predict(truth[:g], steps + 1 - g)
-    pred_scaled = torch.cat([truth[:g], pred_scaled])
-    fail = torch.tensor([-1] * truth.shape[1])
-    bad = ~torch.isfinite(pred_scaled).all(-1).cpu()
-    fail = torch.where(bad.any(0), bad.long().argmax(0), fail)
-    pred = _tensor(units.to_recording(pred_scaled.cpu().numpy()), truth)
-    obs = _tensor(units.to_recording(truth.cpu().numpy()), truth)
-    # wrapped: the truth's angles to (−π, π] and the prediction at the wrapped difference from it
-    obs_w = obs.clone()
-    if periodic:
-        obs_w[..., periodic] = torch.atan2(torch.sin(obs[..., periodic]),
-                                           torch.cos(obs[..., periodic]))  # fmt: skip
-    pred_w = obs_w + _tensor(horizons.differences(pred.cpu().numpy(), obs.cpu().numpy(),
-                                                  periodic), truth)  # fmt: skip
-    dt = obs_dt * units.time
-    tt = (t - t[0]) * units.time
-    result = RolloutResult(pred_w, fail, reasons, dt, 1 if g == 2 else substeps)
-    roll = rollout_metrics(result, obs_w, tt, None, NoEnergy(), e.valid_threshold, e.chunk)
-    per = roll.per_trajectory
-    window = int(trained_options(payload).get("window") or 1)
-    short = min(window, steps)
-    valid = result.valid()
-    l2_short = per["l2"][short][valid[short]]
-    sq = ((pred_w - obs_w) ** 2)[g:].transpose(0, 1).cpu().numpy()  # (B, T+1-g, w)
-    ok = np.isfinite(sq).all(axis=(1, 2))
-    whole = horizons.tile_windows(units.to_recording(test[:, : steps + 1]), steps)
-    coef = horizons.fit_linear(units.to_recording(train), periodic, order=g)
-    metrics |= {
-        **roll.summary,
-        "traj_mse": float(sq[ok].mean()) if ok.any() else math.nan,
-        "short_horizon_steps": short,
-        "traj_l2_short": float(l2_short.mean()) if l2_short.numel() else math.nan,
-        "rel_err_short": float(per["rel_err"][short].mean()),
-        "rollout_substeps": result.substeps,
-        "rollout_integrator": predictor.scheme[0] if g == 2 else predictor.integrator.name,
-        "rollout_reference": "observed",
-        "rollout_failures": sorted({r for r in reasons if r}),
-        "units": units.as_attr(),
-    }
-    for b, p in horizons.baselines(whole, d, dt, coef, periodic).items():
-        sq_b = horizons.differences(p, whole[:, g:], periodic) ** 2
-        metrics[f"traj_mse_{b}"] = float(sq_b[ok].mean()) if ok.any() else math.nan
-    notes = [
-        "no true H (system measured): the H and vector-field errors (h_l1, h_l1_raw, h_l1_rel, "
-        "vf_l1, vf_rel), energy_drift_true_* and energy_drift_data_max are unavailable (null)",
-        "every number is in the recording's units (times × τ, states by Units.to_recording); "
-        "the predictions start from observed test states and are compared with them, so the "
-        "errors include the measurement noise",
-        f"mse_h<h> beside the baselines {', '.join(horizons.BASELINES)} on the same "
-        f"{metrics['windows']} windows of {metrics['main_horizon']} steps",
-    ]
-    if periodic:
-        notes.append(f"angle coordinates {periodic}: errors of wrapped differences")
-    if metrics["windows_failed"]:
-        notes.append(f"{metrics['windows_failed']} of {metrics['windows']} window rollouts failed: "
-                     "mse_h<h> and the baselines' are over the others")  # fmt: skip
-    if metrics["windows"] < 5:
-        notes.append(f"only {metrics['windows']} test windows: the errors are rough")
+    starts = False
 
-    learned = None
-    energy_model = RecordingEnergy(model, units) if g == 1 and has_hamiltonian(model) else None
-    e_pred = torch.full(pred.shape[:2], math.nan, dtype=pred.dtype)
-    if energy_model is not None:
-        train_rec = _tensor(units.to_recording(train.reshape(-1, train.shape[-1])), truth)
-        learned = learned_energy_along(energy_model, obs, e.chunk, train_rec)
-        e_pred = energies(energy_model, pred, e.chunk)
-        drift_pred = (e_pred - e_pred[0]).abs()
-        valid_pred = valid & torch.isfinite(drift_pred)
+    def roll_out(self, p: Problem) -> Rolled:
+        """The window predictions, and the whole test trajectories from their first
+        observation(s); ``truth`` (T+1, B, w) are the observed test trajectories (stored units;
+        w = 2d states or d positions)."""
+        e, truth, d = p.e, p.truth, p.system.dim
+        units = Units.from_attrs(p.data.attrs, d)
+        periodic = list(units.periodic)
+        predictor = predictor_from_config(p.cfg, p.model, p.obs_dt, p.substeps)
+        g = predictor.given
+        if truth.shape[0] < g + 1:
+            raise UserError(f"the test trajectories need at least {g} steps to predict from {g} "
+                            "observation(s)")  # fmt: skip
+        test = p.data.splits["test"].observed[: truth.shape[1]]
+        windows = window_predictions(e, predictor, test, truth)
+        pred_scaled, reasons = predictor.predict(truth[:g], p.steps + 1 - g)
+        pred_scaled = torch.cat([truth[:g], pred_scaled])
+        fail = torch.tensor([-1] * truth.shape[1])
+        bad = ~torch.isfinite(pred_scaled).all(-1).cpu()
+        fail = torch.where(bad.any(0), bad.long().argmax(0), fail)
+        pred = _tensor(units.to_recording(pred_scaled.cpu().numpy()), truth)
+        obs = _tensor(units.to_recording(truth.cpu().numpy()), truth)
+        # wrapped: the truth's angles to (−π, π] and the prediction at the wrapped difference
+        obs_w = obs.clone()
+        if periodic:
+            obs_w[..., periodic] = torch.atan2(torch.sin(obs[..., periodic]),
+                                               torch.cos(obs[..., periodic]))  # fmt: skip
+        pred_w = obs_w + _tensor(horizons.differences(pred.cpu().numpy(), obs.cpu().numpy(),
+                                                      periodic), truth)  # fmt: skip
+        dt = p.obs_dt * units.time
+        result = RolloutResult(pred_w, fail, reasons, dt, 1 if g == 2 else p.substeps)
+        detail = {"units": units, "periodic": periodic, "predictor": predictor, "test": test,
+                  "windows": windows, "pred": pred, "obs": obs, "obs_w": obs_w, "pred_w": pred_w,
+                  "result": result, "tt": (p.t - p.t[0]) * units.time}  # fmt: skip
+        damped = RecordingDamping(p.model, units) if has(p.model, DAMPING) else p.model
+        return Rolled(obs, damped, None, detail)
+
+    def metrics(self, p: Problem, r: Rolled) -> tuple[dict, pd.DataFrame]:
+        e, steps, x = p.e, p.steps, r.detail
+        units, predictor, result = x["units"], x["predictor"], x["result"]
+        obs, pred, obs_w, pred_w = x["obs"], x["pred"], x["obs_w"], x["pred_w"]
+        g = predictor.given
+        train = p.data.splits["train"].observed
+        metrics: dict[str, Any] = dict.fromkeys(UNAVAILABLE)
+        roll = rollout_metrics(result, obs_w, x["tt"], None, NoEnergy(), e.valid_threshold,
+                               e.chunk)  # fmt: skip
+        per = roll.per_trajectory
+        window = int(trained_options(p.payload).get("window") or 1)
+        short = min(window, steps)
+        valid = result.valid()
+        l2_short = per["l2"][short][valid[short]]
+        sq = ((pred_w - obs_w) ** 2)[g:].transpose(0, 1).cpu().numpy()  # (B, T+1-g, w)
+        ok = np.isfinite(sq).all(axis=(1, 2))
         metrics |= {
-            "learned_energy_data_drift_mean": float(learned["drift"].mean()),
-            "learned_energy_data_drift_max": float(learned["drift"].max()),
-            "learned_energy_data_drift_rel": float(learned["rel"]),
-            "energy_drift_pred_max": float(drift_pred[valid_pred].max()),
-            "energy_drift_pred_mean": float(drift_pred[valid_pred].mean()),
+            **roll.summary,
+            "traj_mse": float(sq[ok].mean()) if ok.any() else math.nan,
+            "short_horizon_steps": short,
+            "traj_l2_short": float(l2_short.mean()) if l2_short.numel() else math.nan,
+            "rel_err_short": float(per["rel_err"][short].mean()),
+            "rollout_substeps": result.substeps,
+            "rollout_integrator": predictor.scheme[0] if g == 2 else predictor.integrator.name,
+            "rollout_reference": "observed",
+            "rollout_failures": sorted({why for why in result.fail_reason if why}),
+            "units": units.as_attr(),
         }
-    else:
-        why = "positions only" if g == 2 else "it has no Hamiltonian"
-        notes.append(f"model {payload['model_config'].get('name')}: {why}; the learned-energy "
-                     "metrics are null")  # fmt: skip
-        metrics |= dict.fromkeys(("learned_energy_data_drift_mean", "learned_energy_data_drift_max",
-                                  "learned_energy_data_drift_rel", "energy_drift_pred_max",
-                                  "energy_drift_pred_mean"))  # fmt: skip
-    if is_dissipative_model(model):
-        found = damping_metrics(RecordingDamping(model, units), obs, None, e.chunk)
-        metrics |= {k: v for k, v in found.items() if k not in ("damping_true", "damping_rel_err")}
-        notes.append("damping: R = D R̃ D / c in the recording's units (1/time where p is "
-                     "velocity × unit mass); damping_learned is its mean p diagonal")  # fmt: skip
-    metrics["notes"] = notes
-    metrics["warning"] = not_learned_warning(metrics)
+        x |= {"per": per, "ok": ok}
+        notes = [
+            "no true H (system measured): the H and vector-field errors (h_l1, h_l1_raw, "
+            "h_l1_rel, vf_l1, vf_rel), energy_drift_true_* and energy_drift_data_max are "
+            "unavailable (null)",
+            "every number is in the recording's units (times × τ, states by Units.to_recording); "
+            "the predictions start from observed test states and are compared with them, so the "
+            "errors include the measurement noise",
+        ]
+        if x["periodic"]:
+            notes.append(f"angle coordinates {x['periodic']}: errors of wrapped differences")
 
-    figures = []
-    if e.figures:
-        figures = draw_measured_figures(cfg, out, d, units, labels, time_label, obs, pred, tt,
-                                        per, learned, e_pred, energy_model, train, drawn)  # fmt: skip
-    curves = pd.DataFrame({key: v.detach().cpu().numpy() for key, v in roll.curves.items()
-                           if key not in ("energy_drift_true_mean", "energy_drift_true_max",
-                                          "energy_drift_data_mean", "energy_drift_pred_mean")})  # fmt: skip
-    if learned is not None:
-        curves["learned_energy_data_drift_mean"] = learned["drift"].mean(1).cpu().numpy()
-    curves.insert(0, "step", range(len(curves)))
-    return metrics, curves, figures
+        learned = None
+        energy_model = (
+            RecordingEnergy(p.model, units) if g == 1 and has_hamiltonian(p.model) else None
+        )
+        e_pred = torch.full(pred.shape[:2], math.nan, dtype=pred.dtype)
+        if energy_model is not None:
+            train_rec = _tensor(units.to_recording(train.reshape(-1, train.shape[-1])), obs)
+            learned = learned_energy_along(energy_model, obs, e.chunk, train_rec)
+            e_pred = energies(energy_model, pred, e.chunk)
+            drift_pred = (e_pred - e_pred[0]).abs()
+            valid_pred = valid & torch.isfinite(drift_pred)
+            metrics |= {
+                "learned_energy_data_drift_mean": float(learned["drift"].mean()),
+                "learned_energy_data_drift_max": float(learned["drift"].max()),
+                "learned_energy_data_drift_rel": float(learned["rel"]),
+                "energy_drift_pred_max": float(drift_pred[valid_pred].max()),
+                "energy_drift_pred_mean": float(drift_pred[valid_pred].mean()),
+            }
+        else:
+            why = "positions only" if g == 2 else "it has no Hamiltonian"
+            notes.append(f"model {p.payload['model_config'].get('name')}: {why}; the "
+                         "learned-energy metrics are null")  # fmt: skip
+            metrics |= dict.fromkeys(("learned_energy_data_drift_mean",
+                                      "learned_energy_data_drift_max",
+                                      "learned_energy_data_drift_rel", "energy_drift_pred_max",
+                                      "energy_drift_pred_mean"))  # fmt: skip
+        x |= {"learned": learned, "e_pred": e_pred, "energy_model": energy_model, "train": train}
+        metrics["notes"] = notes
+        curves = pd.DataFrame({key: v.detach().cpu().numpy() for key, v in roll.curves.items()
+                               if key not in ("energy_drift_true_mean", "energy_drift_true_max",
+                                              "energy_drift_data_mean",
+                                              "energy_drift_pred_mean")})  # fmt: skip
+        if learned is not None:
+            curves["learned_energy_data_drift_mean"] = learned["drift"].mean(1).cpu().numpy()
+        curves.insert(0, "step", range(len(curves)))
+        return metrics, curves
+
+    def baselines(self, p: Problem, r: Rolled, metrics: dict) -> tuple[dict, dict]:
+        """The baselines (no motion, constant velocity, linear) on the same windows and whole
+        trajectories; the warning when the model is not below the trivial ones."""
+        x, d, steps = r.detail, p.system.dim, p.steps
+        units, periodic, predictor, ok = x["units"], x["periodic"], x["predictor"], x["ok"]
+        g = predictor.given
+        found, x["drawn"] = horizon_metrics(x["windows"], predictor, units, x["train"])
+        dt = p.obs_dt * units.time
+        whole = horizons.tile_windows(units.to_recording(x["test"][:, : steps + 1]), steps)
+        coef = horizons.fit_linear(units.to_recording(x["train"]), periodic, order=g)
+        for b, pred in horizons.baselines(whole, d, dt, coef, periodic).items():
+            sq_b = horizons.differences(pred, whole[:, g:], periodic) ** 2
+            found[f"traj_mse_{b}"] = float(sq_b[ok].mean()) if ok.any() else math.nan
+        notes = [f"mse_h<h> beside the baselines {', '.join(horizons.BASELINES)} on the same "
+                 f"{found['windows']} windows of {found['main_horizon']} steps"]  # fmt: skip
+        if found["windows_failed"]:
+            notes.append(f"{found['windows_failed']} of {found['windows']} window rollouts "
+                         "failed: mse_h<h> and the baselines' are over the others")  # fmt: skip
+        if found["windows"] < 5:
+            notes.append(f"only {found['windows']} test windows: the errors are rough")
+        if metrics.get("damping_learned") is not None:
+            notes.append("damping: R = D R̃ D / c in the recording's units (1/time where p is "
+                         "velocity × unit mass); damping_learned is its mean p diagonal")  # fmt: skip
+        found["notes"] = [*metrics["notes"], *notes]
+        found["warning"] = not_learned_warning(metrics | found)
+        return found, {}
+
+    def figures(self, p: Problem, r: Rolled, curves: pd.DataFrame) -> list[str]:
+        x, d = r.detail, p.system.dim
+        labels, time_label = axis_labels(x["units"], d)
+        return draw_measured_figures(p.cfg, p.out, d, x["units"], labels, time_label, x["obs"],
+                                     x["pred"], x["tt"], x["per"], x["learned"], x["e_pred"],
+                                     x["energy_model"], x["train"], x["drawn"])  # fmt: skip
+
+    def wrote(self, m: dict) -> bool:
+        return m.get("system", {}).get("name") == MEASURED
+
+    def summary(self, m: dict, out: Path) -> str:
+        return measured_summary(m, out)
 
 
 def draw_measured_figures(

@@ -1,4 +1,6 @@
 """How good is a learned Hamiltonian: grid errors of H and of its vector field, and rollout metrics.
+The rollouts themselves are ``hnnsym.evaluation.rollout``, fitted starts
+``hnnsym.evaluation.initial_states``, the learned damping ``hnnsym.evaluation.damping``.
 
 Pure functions on tensors; states are (B, 2d) ordered [q, p], trajectories time-major (T+1, B, 2d)
 like ``integrate``. Every quantity is computed in the dtype of its inputs (evaluate uses float64).
@@ -30,10 +32,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from hnnsym.errors import ConvergenceError
+from hnnsym.evaluation.rollout import RolloutResult
 from hnnsym.ode.dynamics import has_hamiltonian, vector_field
-from hnnsym.ode.integrators import Integrator, get_integrator
-from hnnsym.ode.solve import integrate
 
 Hamiltonian = Callable[[Tensor], Tensor]
 
@@ -109,219 +109,10 @@ def grid_errors(
     return out
 
 
-def damping_metrics(
-    model: object, states: Tensor, true_rate: float | None, chunk: int = 65536
-) -> dict[str, object]:
-    """The learned damping beside the true one, for a model with ``damping_matrix(y)``
-    (``hnnsym.physics.dissipative.DissipativeHNN``: f = (J⁻¹ − R)∇H) and states (..., 2d).
-
-    R_pp, R's momentum block, is averaged over ``states`` (constant R: R itself). A damped
-    built-in system has R_pp = γ I (ṗ = −∂H/∂q − γ ∂H/∂p), so the learned rate is the mean
-    diagonal of R_pp (``damping_learned``), also given as its eigenvalues; ``damping_off_p`` is the
-    mean |entry| of R outside the p block (0 unless damping_on=all). ``damping_rel_err`` =
-    |learned − true| / true when the true rate is known and > 0. For a model without damping the
-    learned entries are None.
-    """
-    out: dict[str, object] = {"damping_true": true_rate}
-    matrix = getattr(model, "damping_matrix", None)
-    if not callable(matrix):
-        return out | dict.fromkeys(
-            ("damping_learned", "damping_eigenvalues", "damping_off_p", "damping_rel_err")
-        )
-    n = states.shape[-1]
-    flat = states.reshape(-1, n)
-    R = flat.new_zeros(n, n)
-    with torch.no_grad():
-        for part in flat.split(chunk):  # constant R: (n, n), state-dependent: (B, n, n)
-            R += matrix(part).to(R).expand(len(part), n, n).sum(0)
-    R /= max(len(flat), 1)
-    d = n // 2
-    block = R[d:, d:]
-    learned = float(torch.diagonal(block).mean())
-    off = R.clone()
-    off[d:, d:] = 0
-    out |= {
-        "damping_learned": learned,
-        "damping_eigenvalues": torch.linalg.eigvalsh(0.5 * (block + block.T)).tolist(),
-        "damping_off_p": float(off.abs().mean()),
-        "damping_rel_err": (
-            abs(learned - true_rate) / true_rate
-            if true_rate is not None and true_rate > 0
-            else None
-        ),
-    }
-    return out
-
-
 def default_grid_points(dim: int, target: int = 100_000) -> int:
     """Points per axis so that the full 2d-dimensional box grid has about ``target`` points
     (316 in 2-D, 18 in 4-D) before the energy filter."""
     return max(2, round(target ** (1.0 / (2 * dim))))
-
-
-# ---- rollout --------------------------------------------------------------------------------
-
-
-@dataclass
-class RolloutResult:
-    """A rollout of ``steps`` observation intervals of ``dt`` (integrated with ``dt / substeps``).
-
-    states: (steps+1, B, 2d), NaN from a trajectory's failure on; fail_step: (B,) the index of the
-    first state that could not be computed (-1: none); fail_reason: per trajectory, "" when fine.
-    """
-
-    states: Tensor
-    fail_step: Tensor
-    fail_reason: list[str]
-    dt: float
-    substeps: int
-
-    @property
-    def failed(self) -> Tensor:
-        return self.fail_step >= 0
-
-    def valid(self) -> Tensor:
-        """(steps+1, B) mask of the states computed before each trajectory's failure."""
-        steps = torch.arange(self.states.shape[0], device=self.states.device)[:, None]
-        fail = self.fail_step.to(self.states.device)
-        return (fail[None, :] < 0) | (steps < fail[None, :])
-
-
-def rollout(
-    H: Hamiltonian,
-    y0: Tensor,
-    dt: float,
-    steps: int,
-    integrator: str | Integrator = "implicit_midpoint",
-    *,
-    substeps: int = 1,
-    segment: int = 100,
-) -> RolloutResult:
-    """Integrate y' = J^-1 ∇H from y0 (B, 2d) for ``steps`` intervals of ``dt``, keeping every state
-    at the observation times; each interval is ``substeps`` integrator steps of dt / substeps.
-
-    Never raises on a failing trajectory: a non-converging fixed-point iteration (always treated as
-    a failure here, whatever ``on_fail`` the integrator was configured with) or a NaN/Inf state
-    ends that trajectory alone; the batch is integrated ``segment`` intervals at a time and a
-    failing segment is bisected (over trajectories, then over time) to find who failed and when.
-    """
-    if int(substeps) != substeps or substeps < 1:
-        raise ValueError(f"substeps must be a whole number >= 1, got {substeps}")
-    if int(segment) != segment or segment < 1:
-        raise ValueError(f"segment must be a whole number >= 1, got {segment}")
-    integ = get_integrator(integrator).strict()
-    B = y0.shape[0]
-    states = torch.full((steps + 1, *y0.shape), math.nan, dtype=y0.dtype, device=y0.device)
-    states[0] = y0
-    fail_step = torch.full((B,), -1, dtype=torch.long)
-    reasons = [""] * B
-    alive = torch.isfinite(y0).all(-1).cpu()
-    for b in torch.nonzero(~alive).flatten().tolist():
-        fail_step[b], reasons[b] = 0, "non-finite initial condition"
-    start = 0
-    with torch.no_grad():
-        while start < steps and bool(alive.any()):
-            n = min(segment, steps - start)
-            idx = torch.nonzero(alive).flatten()
-            part, why = _segment(H, states[start, idx.to(y0.device)], dt, n, substeps, integ)
-            bad = (~torch.isfinite(part).all(-1)).cpu()  # (n+1, b)
-            first_bad = bad.long().argmax(0)
-            for j in torch.nonzero(bad.any(0)).flatten().tolist():
-                b, k = int(idx[j]), int(first_bad[j])
-                part[k:, j] = math.nan
-                fail_step[b] = start + k
-                reasons[b] = why.get(j, "NaN/Inf state")
-                alive[b] = False
-            states[start + 1 : start + n + 1, idx.to(y0.device)] = part[1:]
-            start += n
-    return RolloutResult(states, fail_step, reasons, float(dt), int(substeps))
-
-
-def _segment(
-    H: Hamiltonian, y: Tensor, dt: float, n: int, substeps: int, integ: Integrator
-) -> tuple[Tensor, dict[int, str]]:
-    """(n+1, b, 2d) states from y (b, 2d), NaN where a trajectory could not be continued, and the
-    reason for the trajectories (by column) whose fixed-point iteration failed."""
-    try:
-        ys = integrate(H, y, dt / substeps, n * substeps, integ, "backprop")
-        return ys[::substeps], {}
-    except ConvergenceError:
-        reason = "fixed-point iteration did not converge"
-        if y.shape[0] > 1:  # bisect over trajectories
-            half = y.shape[0] // 2
-            (a, why_a), (b, why_b) = (_segment(H, part, dt, n, substeps, integ)
-                                      for part in (y[:half], y[half:]))  # fmt: skip
-            return torch.cat([a, b], 1), why_a | {half + k: v for k, v in why_b.items()}
-        if n > 1:  # one trajectory: bisect over time
-            first, why = _segment(H, y, dt, n // 2, substeps, integ)
-            if not torch.isfinite(first[-1]).all():
-                rest = torch.full((n - n // 2, *y.shape), math.nan, dtype=y.dtype, device=y.device)
-                return torch.cat([first, rest]), why
-            second, why = _segment(H, first[-1], dt, n - n // 2, substeps, integ)
-            return torch.cat([first, second[1:]]), why
-        failed = torch.full((1, *y.shape), math.nan, dtype=y.dtype, device=y.device)
-        return torch.cat([y[None], failed]), {0: reason}
-
-
-def fit_initial_states(
-    H: Hamiltonian,
-    observed: Tensor,
-    dt: float,
-    integrator: str | Integrator = "implicit_midpoint",
-    *,
-    substeps: int = 1,
-    iterations: int = 10,
-    segment: int = 100,
-) -> tuple[Tensor, Tensor]:
-    """The start states z (B, 2d) whose rollouts under H fit the observations ``observed``
-    (K+1, B, 2d) at the observation times best in least squares,
-    z_b = argmin Σ_{t=0..K} ||Φ_t(z) − y_{t,b}||², Φ_t the flow of ``rollout`` (same integrator,
-    dt and substeps as the evaluation's rollout). Levenberg–Marquardt per trajectory from z = y_0:
-    (JᵀJ + λ diag JᵀJ) δ = −Jᵀr with J = ∂Φ_t/∂z by central differences (step ε(1 + |z_j|),
-    ε = eps^(1/3) of the dtype; 4d + 1 rollouts per iteration, no graph), a step kept only where it
-    lowers that trajectory's cost (λ /10, else λ ×10), ``iterations`` times. A trajectory whose
-    rollout fails keeps its last good z. Returns z and the RMS residual per observation (B,)."""
-    if int(iterations) != iterations or iterations < 1:
-        raise ValueError(f"iterations must be a whole number >= 1, got {iterations}")
-    steps, (B, width) = observed.shape[0] - 1, observed.shape[1:]
-    eps = torch.finfo(observed.dtype).eps ** (1 / 3)
-    eye = torch.eye(width, dtype=observed.dtype, device=observed.device)
-
-    def residuals_and_jacobian(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """r (K+1, B, 2d), J (K+1, B, 2d, 2d) and cost (B,) (inf where a rollout failed)."""
-        step = eps * (1 + z.abs())  # (B, 2d)
-        shifts = (step[None] * eye[:, None, :]).repeat_interleave(2, 0)  # (4d, B, 2d): ±e_j
-        shifts[1::2] *= -1
-        starts = torch.cat([z[None], z[None] + shifts]).reshape(-1, width)
-        states = rollout(H, starts, dt, steps, integrator, substeps=substeps, segment=segment)
-        ys = states.states.reshape(steps + 1, 2 * width + 1, B, width)
-        r = ys[:, 0] - observed
-        jac = (ys[:, 1::2] - ys[:, 2::2]) / (2 * step.T[None, :, :, None])  # (K+1, 2d_j, B, 2d_i)
-        jac = jac.permute(0, 2, 3, 1)  # (K+1, B, 2d_i, 2d_j)
-        cost = (r**2).sum(dim=(0, 2))
-        bad = ~(torch.isfinite(cost) & torch.isfinite(jac).all(dim=(0, 2, 3)))
-        return r, jac, torch.where(bad, math.inf, cost)
-
-    z = observed[0].clone()
-    r, jac, cost = residuals_and_jacobian(z)
-    lam = torch.full((B,), 1e-3, dtype=z.dtype, device=z.device)
-    for _ in range(int(iterations)):
-        if not bool(torch.isfinite(cost).any()):
-            break
-        normal = torch.einsum("tbij,tbik->bjk", jac, jac)
-        damped = normal + lam[:, None, None] * torch.diag_embed(normal.diagonal(dim1=1, dim2=2))
-        grad = torch.einsum("tbij,tbi->bj", jac, r)
-        ok = torch.isfinite(cost)
-        delta = torch.zeros_like(z)
-        delta[ok] = -torch.linalg.solve(damped[ok], grad[ok])
-        r_new, jac_new, cost_new = residuals_and_jacobian(z + delta)
-        better = cost_new < cost
-        z = torch.where(better[:, None], z + delta, z)
-        r = torch.where(better[None, :, None], r_new, r)
-        jac = torch.where(better[None, :, None, None], jac_new, jac)
-        cost = torch.where(better, cost_new, cost)
-        lam = torch.where(better, lam / 10, lam * 10)
-    return z, (cost / ((steps + 1) * width)).sqrt()
 
 
 # ---- rollout metrics ------------------------------------------------------------------------

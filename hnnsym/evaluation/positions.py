@@ -5,7 +5,7 @@ the modelled energy, and the potential against the true one.
 Prediction (``rollout_positions``): from the clean q_0, q_1 of each test trajectory, every next
 position by the run's scheme (``method.predict``, ``hnnsym.ode.lagrangian``): ``eq12`` solves
 Eq. 12 with Newton's method (a trajectory whose solve fails is recorded as failed from that step
-on: its positions are NaN, as in ``hnnsym.evaluation.metrics.rollout``); the explicit recurrences
+on: its positions are NaN, as in ``hnnsym.evaluation.rollout.rollout``); the explicit recurrences
 (leapfrog, symplectic Euler, Euler) step directly.
 
 Metrics (means over test trajectories; ``q̂`` predicted, ``q`` clean positions):
@@ -48,6 +48,7 @@ from hnnsym.evaluation.metrics import (
     relative_error,
     valid_prediction_time,
 )
+from hnnsym.evaluation.problem import Problem, Rolled
 from hnnsym.evaluation.summary import number, summary_text
 from hnnsym.ode.lagrangian import (
     EXPLICIT,
@@ -294,61 +295,72 @@ def prediction_scheme(cfg: DictConfig) -> tuple[str, float | None, int]:
     return scheme, tol, max_iter
 
 
-def evaluate_positions(
-    cfg: DictConfig,
-    out: Path,
-    system: System,
-    model: nn.Module,
-    truth: Tensor,
-    t: Tensor,
-    dt: float,
-) -> tuple[dict, pd.DataFrame, list[str]]:
-    """Predict the test trajectories (clean states ``truth`` (T+1, B, 2d) at times ``t``) from
-    their first two positions, compute the metrics and (``eval.figures``) draw the figures into
-    ``out``. Returns (metrics with notes, per-step curves, figure names)."""
-    e = cfg.eval
-    scheme, tol, max_iter = prediction_scheme(cfg)
-    if truth.shape[0] < 3:
-        raise UserError("a position prediction needs test trajectories of at least 2 steps")
-    d = system.dim
-    try:
-        roll = rollout_positions(model, truth[0, :, :d], truth[1, :, :d], dt,
-                                 truth.shape[0] - 1, scheme, tol, max_iter)  # fmt: skip
-    except ConvergenceError as err:  # not raised with on_fail="record"; kept for safety
-        raise UserError(str(err)) from err
-    found = position_metrics(roll, truth, t, dt, system, model, scheme, e.valid_threshold)
-    metrics = dict.fromkeys(H_KEYS, math.nan)
-    metrics |= potential_error(system, model, truth[..., :d])
-    metrics |= found.metrics
-    metrics |= {
-        "grid_size": None,
-        "grid_points_per_axis": None,
-        "rollout_integrator": scheme,
-        "rollout_reference": "clean",
-        "rollout_failures": sorted({r for r in roll.fail_reason if r}),
-        "prediction": {
-            "scheme": scheme,
-            "discrete_gradient": getattr(model, "discrete_gradient", None),
-            "from": "the clean q_0 and q_1 of each test trajectory",
-            "newton_tol": tol,
-            "newton_max_iter": max_iter,
-        },
-    }
-    notes = [
-        "learned from positions only (V_θ(q) and a mass matrix): the H grid errors (h_l1, "
-        "h_l1_raw, h_l1_rel) and the vector-field errors (vf_l1, vf_rel) are not applicable and "
-        "null; v_l1 compares V_θ with the true potential up to a constant on a q grid over the "
-        "test positions; the rollout metrics are on positions",
-    ]
-    if math.isnan(metrics["v_l1"]):
-        notes.append("v_l1 is null: it is defined for one degree of freedom with a known V(q)")
-    if system.mass is None:
-        notes.append(f"{system.name} has no mass: the true energies are null")
-    figures = (
-        draw_position_figures(cfg, out, system, model, truth, t, roll, found) if e.figures else []
-    )
-    metrics["notes"] = notes
-    return metrics, found.curves, figures
+class PositionPart:
+    """A model learned from positions only, on a system with a true H (module doc)."""
+
+    starts = False
+
+    def roll_out(self, p: Problem) -> Rolled:
+        scheme, tol, max_iter = prediction_scheme(p.cfg)
+        truth = p.truth
+        if truth.shape[0] < 3:
+            raise UserError("a position prediction needs test trajectories of at least 2 steps")
+        d = p.system.dim
+        try:
+            roll = rollout_positions(p.model, truth[0, :, :d], truth[1, :, :d], p.obs_dt,
+                                     truth.shape[0] - 1, scheme, tol, max_iter)  # fmt: skip
+        except ConvergenceError as err:  # not raised with on_fail="record"; kept for safety
+            raise UserError(str(err)) from err
+        return Rolled(truth, p.model, None, {"roll": roll, "scheme": (scheme, tol, max_iter)})
+
+    def metrics(self, p: Problem, r: Rolled) -> tuple[dict, pd.DataFrame]:
+        system, model, truth, d = p.system, p.model, p.truth, p.system.dim
+        roll, (scheme, tol, max_iter) = r.detail["roll"], r.detail["scheme"]
+        found = position_metrics(roll, truth, p.t, p.obs_dt, system, model, scheme,
+                                 p.e.valid_threshold)  # fmt: skip
+        r.detail["found"] = found
+        metrics = dict.fromkeys(H_KEYS, math.nan)
+        metrics |= potential_error(system, model, truth[..., :d])
+        metrics |= found.metrics
+        metrics |= {
+            "grid_size": None,
+            "grid_points_per_axis": None,
+            "rollout_integrator": scheme,
+            "rollout_reference": "clean",
+            "rollout_failures": sorted({why for why in roll.fail_reason if why}),
+            "prediction": {
+                "scheme": scheme,
+                "discrete_gradient": getattr(model, "discrete_gradient", None),
+                "from": "the clean q_0 and q_1 of each test trajectory",
+                "newton_tol": tol,
+                "newton_max_iter": max_iter,
+            },
+        }
+        notes = [
+            "learned from positions only (V_θ(q) and a mass matrix): the H grid errors (h_l1, "
+            "h_l1_raw, h_l1_rel) and the vector-field errors (vf_l1, vf_rel) are not applicable "
+            "and null; v_l1 compares V_θ with the true potential up to a constant on a q grid "
+            "over the test positions; the rollout metrics are on positions",
+        ]
+        if math.isnan(metrics["v_l1"]):
+            notes.append("v_l1 is null: it is defined for one degree of freedom with a known V(q)")
+        if system.mass is None:
+            notes.append(f"{system.name} has no mass: the true energies are null")
+        metrics["notes"] = notes
+        return metrics, found.curves
+
+    def baselines(self, p: Problem, r: Rolled, metrics: dict) -> tuple[dict, dict]:
+        return {}, {}
+
+    def figures(self, p: Problem, r: Rolled, curves: pd.DataFrame) -> list[str]:
+        return draw_position_figures(p.cfg, p.out, p.system, p.model, p.truth, p.t,
+                                     r.detail["roll"], r.detail["found"])  # fmt: skip
+
+    def wrote(self, m: dict) -> bool:
+        return bool(m.get("prediction"))
+
+    def summary(self, m: dict, out: Path) -> str:
+        return position_summary(m, out)
 
 
 def draw_position_figures(
@@ -393,7 +405,7 @@ def draw_position_figures(
 
 
 def position_summary(m: dict, out: Path) -> str:
-    """A few lines for the terminal about a position-only evaluation (``evaluate_positions``)."""
+    """A few lines for the terminal about a position-only evaluation (``PositionPart``)."""
 
     f = partial(number, m)  # f(key): the metric for the terminal
 

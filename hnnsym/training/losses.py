@@ -50,8 +50,8 @@ or "acceleration" (that divided by Δt²: for leapfrog, M⁻¹ times Eq. 13's re
 acceleration, PositionStepLoss in position units by default. The same minimiser and gradient
 direction either way, but Adam's ε is not scale-free: a position-unit residual is Δt² times
 smaller, so the second-moment root √v̂ can fall below ε (docs/papers/ddlm.md, "The 2-body column").
-A loss says what it learns from (``observes``: "qp" states, "q" positions); ``data_problem``
-checks the data and the model against it.
+A loss says what it learns from (``observes``: "qp" states, "q" positions);
+``hnnsym.compatibility.data_problem`` checks the data and the model against it.
 """
 
 from __future__ import annotations
@@ -62,9 +62,11 @@ from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
 
 import torch
+from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from hnnsym.ode.capabilities import has
+from hnnsym.config.build import instantiate
+from hnnsym.errors import UserError
 from hnnsym.ode.discrete_gradient_formulas import discrete_gradient
 from hnnsym.ode.dynamics import vector_field
 from hnnsym.ode.gradients import GradientMethod
@@ -73,7 +75,6 @@ from hnnsym.ode.lagrangian import EXPLICIT, explicit_step
 from hnnsym.ode.problem import SolverStats
 from hnnsym.ode.running import StepLoss
 from hnnsym.ode.solve import solve, solve_loss
-from hnnsym.physics.capabilities import ModelCapability
 from hnnsym.physics.constraints import onto_manifold
 
 INITS = ("observed", "smoothed", "learned")
@@ -162,7 +163,7 @@ class WindowLoss(Loss, LossContext):
     ) -> tuple[Tensor, SolverStats]:
         """The predicted states at the observation times, (τ+1, B, 2d), from y0 (B, 2d), and the
         solver statistics. A constrained model (``position_constraints``, ``mass_matrix``) starts
-        from y0 projected onto its manifold (``hnnsym.physics.constrained.onto_manifold``)."""
+        from y0 projected onto its manifold (``hnnsym.physics.constraints.onto_manifold``)."""
         tau = windows.shape[0] - 1
         y0, guess = self._start(model, y0, windows)
         solution = solve(
@@ -388,38 +389,6 @@ def _check_units(units: str) -> None:
         raise ValueError(f"units must be one of {UNITS}, got {units!r}")
 
 
-def data_problem(
-    observes: str, width: int, dim: int, model: nn.Module, method: str, source: str
-) -> str | None:
-    """What is wrong (one sentence) with training or evaluating ``method``, whose loss learns from
-    ``observes`` ("qp" | "q"), with ``model`` on the observations in ``source`` (a data file), of
-    ``width`` components (2d: states, d: positions); None when they fit."""
-    if width not in (dim, 2 * dim):
-        return (
-            f"{source} holds observations of {width} components, neither d={dim} nor 2d={2 * dim}"
-        )
-    if observes == "q" and width == 2 * dim:
-        return (
-            f"{source} holds (q, p) states, but method {method} learns from positions only; "
-            "generate them with generate.observe=q (written beside it as seed<k>_q.h5, the "
-            "file the method reads)"
-        )
-    if observes == "qp" and width == dim:
-        return (
-            f"{source} holds positions only (generate.observe=q), but method {method} needs "
-            "momenta too; use a position method (method=ddlm, ddlm_leapfrog, ...) or data "
-            "generated without generate.observe=q"
-        )
-    position_model = has(model, ModelCapability.POSITION_ONLY)
-    if observes == "q" and not position_model:
-        return (f"method {method} needs a potential network (model=potential), not "
-                f"{type(model).__name__}")  # fmt: skip
-    if observes == "qp" and position_model:
-        return (f"model {type(model).__name__} is a potential V(q) for the position methods "
-                f"(method=ddlm, ...), not for method {method}")  # fmt: skip
-    return None
-
-
 def build_loss(partial: Callable[..., Loss], context: LossContext) -> Loss:
     """Complete a configured loss (a class or ``functools.partial`` from ``_target_`` with
     ``_partial_: true``) with the fields of the run's context that it takes. ValueError when the
@@ -437,3 +406,12 @@ def build_loss(partial: Callable[..., Loss], context: LossContext) -> Loss:
     if unused:
         raise ValueError(f"{', '.join(unused)} applies to losses that integrate, not to {name}")
     return partial(**taken)
+
+
+def build_run_loss(method: DictConfig, context: LossContext) -> Loss:
+    """``method.loss`` (a partial loss class) completed with the run's LossContext."""
+    partial = instantiate(method.loss, "method.loss")
+    try:
+        return build_loss(partial, context)
+    except (TypeError, ValueError) as err:
+        raise UserError(f"method.loss: {err}") from err

@@ -19,12 +19,19 @@ from hnnsym.artifacts import (
     requeued,
     write_text,
 )
+from hnnsym.checkpoints import (
+    best_path,
+    last_path,
+    load_checkpoint,
+    provenance,
+    resume_from,
+)
+from hnnsym.compatibility import coordinates_problem, data_problem
 from hnnsym.config.build import (
     build_gradient,
     build_integrator,
     build_model,
     build_optimizer,
-    build_run_loss,
     build_scheduler,
 )
 from hnnsym.config.runtime import configure, resolve_dtype
@@ -33,17 +40,9 @@ from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.units import Units
 from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
-from hnnsym.physics.constrained import coordinates_problem
 from hnnsym.physics.pendulums import CONSTRAINED_SYSTEMS
 from hnnsym.physics.systems import MEASURED, system_from_config
-from hnnsym.training.checkpoints import (
-    best_path,
-    last_path,
-    load_checkpoint,
-    provenance,
-    resume_from,
-)
-from hnnsym.training.losses import LearnedStarts, LossContext, data_problem
+from hnnsym.training.losses import LearnedStarts, LossContext, build_run_loss
 from hnnsym.training.trainer import (
     TrainData,
     Trainer,

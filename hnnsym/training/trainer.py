@@ -29,13 +29,13 @@ from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
 from hnnsym.artifacts import atomic_path, now_utc
+from hnnsym.checkpoints import best_path, last_path, save_checkpoint, trained_options
 from hnnsym.config.build import same_model
 from hnnsym.config.schemas import TrainOptions
 from hnnsym.data.windows import take_windows, window_times
 from hnnsym.errors import ConvergenceError, UserError
 from hnnsym.ode.problem import SolverStats
 from hnnsym.progress import progress
-from hnnsym.training.checkpoints import best_path, last_path, save_checkpoint, trained_options
 from hnnsym.training.losses import LearnedStarts, evaluate_loss
 
 

@@ -1,5 +1,5 @@
 """Checkpoints of a training run: what they hold, writing and reading them, and whether a run dir
-may be started, resumed or must be left alone.
+may be started, resumed or must be left alone. Below training and evaluation, which both read them.
 
 ``checkpoints/last.pt`` is written after every epoch and ``best.pt`` on each new best validation
 loss; each holds the model, optimizer, scheduler and RNG states, the TrainState, and provenance
@@ -33,6 +33,7 @@ CHECKSUM = "sha256"  # the payload key of the checksum of the rest of the payloa
 CONVERT = "python -m hnnsym.convert_checkpoint"
 # the entries of a payload that are model state: refused when not finite
 MODEL_STATE = ("model", "raw_model", "average", "learned_states")
+MODEL_KEYS = ("model", "model_config", "dim", "system")  # what rebuilds a run's model
 
 
 class UnsafeCheckpointError(UserError):
@@ -118,11 +119,11 @@ def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> None:
     write_bytes(path, buffer.getvalue())
 
 
-def load_checkpoint(path: str | os.PathLike) -> dict:
+def load_checkpoint(path: str | os.PathLike, require: tuple[str, ...] = ()) -> dict:
     """The payload of a checkpoint (without its checksum), read with ``weights_only=True`` on the
     CPU (RNG states must stay CPU tensors; load_state_dict moves the rest). One-line UserError for
-    a truncated, foreign or corrupted file (checksum mismatch) or a non-finite model state;
-    UnsafeCheckpointError for one of an earlier format."""
+    a truncated, foreign or corrupted file (checksum mismatch), a non-finite model state or a
+    payload without the keys in ``require``; UnsafeCheckpointError for one of an earlier format."""
     payload = read_safely(path)
     if not isinstance(payload, dict):
         raise UserError(
@@ -141,7 +142,18 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
             "use an intact copy or train again"
         )
     check_finite(payload, path)
+    if missing := [k for k in require if k not in payload]:
+        raise UserError(f"checkpoint {path} lacks {missing}; was it written by hnnsym.train?")
     return payload
+
+
+def run_checkpoint(run_dir: Path, which: str, hint: str) -> tuple[Path, dict]:
+    """(path, payload) of ``run_dir/checkpoints/<which>.pt``, holding what rebuilds the model
+    (``MODEL_KEYS``); ``hint`` ends the error when there is none."""
+    path = run_dir / "checkpoints" / f"{which}.pt"
+    if not path.exists():
+        raise UserError(f"no checkpoint at {path}; {hint}")
+    return path, load_checkpoint(path, require=MODEL_KEYS)
 
 
 def read_safely(path: str | os.PathLike) -> Any:

@@ -1,0 +1,72 @@
+"""Which model fits which data and system: the rules train and evaluate check before any work.
+Each returns a reason (one sentence, naming the overrides that would fit) or None; the stages
+turn a reason into a ``UserError`` line."""
+
+from __future__ import annotations
+
+from hnnsym.ode.capabilities import has
+from hnnsym.ode.dynamics import has_hamiltonian
+from hnnsym.physics.capabilities import ModelCapability
+from hnnsym.physics.constraints import is_constrained_model
+from hnnsym.physics.pendulums import CARTESIAN_SYSTEMS
+
+
+def data_problem(
+    observes: str, width: int, dim: int, model: object, method: str, source: str
+) -> str | None:
+    """What is wrong (one sentence) with training or evaluating ``method``, whose loss learns from
+    ``observes`` ("qp" | "q"), with ``model`` on the observations in ``source`` (a data file), of
+    ``width`` components (2d: states, d: positions); None when they fit."""
+    if width not in (dim, 2 * dim):
+        return (
+            f"{source} holds observations of {width} components, neither d={dim} nor 2d={2 * dim}"
+        )
+    if observes == "q" and width == 2 * dim:
+        return (
+            f"{source} holds (q, p) states, but method {method} learns from positions only; "
+            "generate them with generate.observe=q (written beside it as seed<k>_q.h5, the "
+            "file the method reads)"
+        )
+    if observes == "qp" and width == dim:
+        return (
+            f"{source} holds positions only (generate.observe=q), but method {method} needs "
+            "momenta too; use a position method (method=ddlm, ddlm_leapfrog, ...) or data "
+            "generated without generate.observe=q"
+        )
+    position_model = has(model, ModelCapability.POSITION_ONLY)
+    if observes == "q" and not position_model:
+        return (f"method {method} needs a potential network (model=potential), not "
+                f"{type(model).__name__}")  # fmt: skip
+    if observes == "qp" and position_model:
+        return (f"model {type(model).__name__} is a potential V(q) for the position methods "
+                f"(method=ddlm, ...), not for method {method}")  # fmt: skip
+    return None
+
+
+def coordinates_problem(system: str, model: object) -> str | None:
+    """What is wrong (one sentence) with learning ``system`` (a registered name) with ``model``,
+    or None. A Cartesian constrained system (``CARTESIAN_SYSTEMS``) needs a model that knows its
+    constraints (``is_constrained_model``: CHNN, CLNN) or one with no energy at all (NODE, the
+    baseline: a free field); an unconstrained H (HNN, ...) would move the bodies off their links,
+    so it belongs on the system's angle coordinates. A constrained model needs such a system."""
+    who = type(model).__name__
+    if system in CARTESIAN_SYSTEMS:
+        if is_constrained_model(model) or not has_hamiltonian(model):
+            return None
+        angles = CARTESIAN_SYSTEMS[system]
+        elsewhere = (
+            f", or train {who} on the same motion in angle coordinates (system={angles})"
+            if angles
+            else f" (no angle-coordinate version of system={system} is built)"
+        )
+        return (
+            f"system={system} is in Cartesian coordinates with rigid constraints, which model "
+            f"{who} does not know; use model=chnn or clnn (method=chnn / clnn) or the baseline "
+            f"model=node there{elsewhere}"
+        )
+    if is_constrained_model(model):
+        return (
+            f"model {who} learns in Cartesian coordinates with constraints, but system={system} "
+            f"is not one of {sorted(CARTESIAN_SYSTEMS)}; for angle coordinates use model=hnn"
+        )
+    return None
