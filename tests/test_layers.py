@@ -14,8 +14,9 @@ Layers, lowest first (docs/concepts/architecture.md):
 5. ``config``: building configured objects (``data`` reads its config through it, so it sits
    just below data).
 6. ``data``: simulation, files, ingestion.
-7. ``checkpoints``: the place reserved for a top-level module that holds the checkpoints, below
-   the stages that read them.
+7. ``checkpoints`` (what training writes and evaluation reads) and ``compatibility`` (which
+   model fits which data: reasons that train and evaluate turn into errors): below the stages
+   that share them.
 8. ``training``, ``evaluation``, ``profiling``: the stages; siblings, none imports another.
 9. ``reporting``: reads the stages' outputs.
 10. Entry points: the package root, ``api``, ``cli``, ``launchers``, ``sweeps`` and the
@@ -44,6 +45,7 @@ LAYERS: dict[str, int] = {
     "config": 5,
     "data": 6,
     "checkpoints": 7,
+    "compatibility": 7,
     "training": 8,
     "evaluation": 8,
     "profiling": 8,
