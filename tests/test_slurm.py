@@ -44,9 +44,9 @@ def slurm():
     subprocess.run([str(REPO / ".ci" / "slurm-down.sh")], env=env, timeout=120)
 
 
-def stage(env, name, *overrides, cwd, check=True, **popen):
+def stage(env, name, *overrides, cwd, check=True, timeout=300):
     cmd = [sys.executable, "-m", f"hnnsym.{name}", *overrides]
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check:
         assert proc.returncode == 0, f"{name}: {proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     return proc
@@ -156,3 +156,50 @@ def test_scancel_of_one_task_and_a_requeue(slurm, tmp_path):
                     *where[:2], f"run_dir={runs / 'seed1'}", cwd=tmp_path)  # fmt: skip
     assert f"from epoch {done}" in resumed.stdout
     assert len(pd.read_csv(runs / "seed1" / "metrics.csv")) == 300
+
+
+def submitit_time(line: str) -> float:
+    """Seconds since the epoch of a submitit log line, ``submitit INFO (2026-01-01 12:00:00,123) - ...``."""
+    stamp = line.split("(", 1)[1].split(")", 1)[0]
+    return time.mktime(time.strptime(stamp.split(",")[0], "%Y-%m-%d %H:%M:%S"))
+
+
+def test_time_limit_requeues_and_the_job_resumes_its_run(slurm, tmp_path):
+    """No signal by hand: timeout_min runs out, Slurm sends submitit's pre-timeout signal (up to 30 s
+    earlier than signal_delay_s before the limit: slurmctld checks time limits every 30 s), the job
+    is requeued (held cred_expire seconds, .ci/slurm-up.sh) and each later attempt resumes the run.
+    The run is longer than one attempt; how many attempts it takes depends on the machine's speed."""
+    where = ["system=double_well", f"data_dir={tmp_path / 'data'}", f"hydra.sweep.dir={tmp_path / 'o'}",
+             f"run_dir={tmp_path}/o/${{run_name}}"]  # fmt: skip
+    stage(slurm, "generate", *SLURM, "seed=0", *TINY_DATA, "generate.n_train=256", *where,
+          cwd=tmp_path)  # fmt: skip
+    # about 90 s of training on an idle 2-core machine: more than an attempt can do before the signal
+    epochs, limit_s, delay_s = 500, 120, 40
+    timed = ["hydra.launcher.timeout_min=2", f"hydra.launcher.signal_delay_s={delay_s}",
+             "hydra.launcher.max_num_timeout=4"]  # fmt: skip
+    train = stage(slurm, "train", *SLURM, *timed, "seed=0", f"train.epochs={epochs}",
+                  "train.early_stop.patience=100000", *TRAIN, *where, cwd=tmp_path, timeout=540)  # fmt: skip
+    assert "error" not in train.stderr, train.stderr[-3000:]
+    (folder,) = (tmp_path / "o" / ".submitit").glob("train-*")
+    (log,) = (p for p in folder.iterdir() if p.is_dir())  # one job: not an array
+    # submitit returns once the job has written its result; Slurm's COMPLETED comes a moment later
+    wait_for(lambda: slurm_state(slurm, log.name) == "COMPLETED", "the job's end", timeout=60)
+    job = subprocess.run(["scontrol", "-o", "show", "job", log.name], env=slurm, check=True,
+                         capture_output=True, text=True).stdout  # fmt: skip
+    restarts = int(dict(kv.split("=", 1) for kv in job.split() if "=" in kv)["Restarts"])
+    assert restarts >= 1, f"ended before Slurm's signal (a fast machine? raise epochs): {job}"
+    # every attempt but the last was cut off by Slurm's signal, signal_delay_s before its limit
+    out = next(log.glob("*_log.out")).read_text()
+    lines = [ln for ln in out.splitlines() if ln.startswith("submitit ")]  # its own log lines
+    starts = [submitit_time(ln) for ln in lines if "Starting with JobEnvironment" in ln]
+    signals = [submitit_time(ln) for ln in lines if "Caught signal SIGUSR2" in ln]
+    assert len(starts) == restarts + 1 and len(signals) == restarts, out[-3000:]
+    for start, signal in zip(starts, signals):
+        assert limit_s - delay_s - 45 <= signal - start <= limit_s - delay_s + 5, (start, signal)
+    assert sum("this job is timed-out" in ln for ln in lines) == restarts
+    assert sum(f"Requeued job {log.name} " in ln for ln in lines) == restarts
+    # each requeued attempt resumed its own run from last.pt, and the last one finished it
+    run = tmp_path / "o/double_well/hnn/implicit_midpoint-symplectic_adjoint/low/seed0"
+    assert out.count(f"resuming {run} from epoch ") == restarts, out[-3000:]
+    assert len(pd.read_csv(run / "metrics.csv")) == epochs
+    assert (run / "checkpoints" / "best.pt").exists() and not (run / ".lock").exists()
