@@ -2,7 +2,9 @@
 # Bring up a single-node Slurm on this machine for tests/test_slurm.py (CI runs as root on Debian):
 # install slurmctld, slurmd, slurm-client and munge if missing (apt-get), write a slurm.conf for
 # this host (hostname -s, nproc, memory; no cgroups, no accounting database: job completions go
-# to a text file), start munged, slurmctld and slurmd as this user's children, and wait until
+# to a text file; a requeued job held 10 s, not Slurm's default 120 s (AuthInfo cred_expire), and
+# pending jobs tried every 2 s, not 30-60 s, so that a requeue is over in seconds; OverTimeLimit=0:
+# the time limit is exact), start munged, slurmctld and slurmd as this user's children, and wait until
 # sinfo shows the node idle. Everything lives in $SLURM_STATE (default /tmp/hnnsym-slurm); the
 # PIDs are in $SLURM_STATE/*.pid for .ci/slurm-down.sh. Exit 0 when up; non-zero with one line
 # on stderr saying why not (no root, no apt, a daemon that did not start).
@@ -45,7 +47,7 @@ SlurmctldHost=$HOST
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$SOCKET
+AuthInfo=socket=$SOCKET,cred_expire=10
 CredType=cred/munge
 StateSaveLocation=$STATE/ctld
 SlurmdSpoolDir=$STATE/spool
@@ -56,6 +58,7 @@ SlurmdLogFile=$STATE/log/slurmd.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
@@ -65,6 +68,7 @@ JobCompLoc=$STATE/log/jobcomp.txt
 AccountingStorageType=accounting_storage/none
 MinJobAge=600
 KillWait=5
+OverTimeLimit=0
 SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0

@@ -10,7 +10,8 @@ classes are in hydra_plugins/hnnsym_plugins/submitit_launchers.py):
   reason.
 - Timeouts and preemption: on submitit's pre-timeout signal the job is requeued (up to
   ``max_num_timeout`` times) with a mark that makes ``train`` resume its own run (``train.resume``
-  false is taken as auto), from the last epoch's checkpoint.
+  false is taken as auto), from the last epoch's checkpoint; once the job's work is done the
+  signal is ignored.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import copy
 import io
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,11 @@ class ReportingLauncher:
         if self.requeued:
             os.environ[REQUEUED_ENV] = "1"
         ret = super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+        # The job's work is over. One that ends less than signal_delay_s (+30 s) before its limit
+        # may still get Slurm's pre-timeout signal: it must not requeue a finished job, nor kill it
+        # while Python exits (which resets handlers to the default, but keeps SIG_IGN), for which
+        # Slurm would account the job FAILED.
+        signal.signal(getattr(signal, f"SIG{submitit.JobEnvironment.USR_SIG}"), signal.SIG_IGN)
         if ret.status != JobStatus.FAILED:
             return ret
         error = ret._return_value

@@ -1,12 +1,13 @@
 """Sweeps on a real single-node Slurm (.ci/slurm-up.sh brings it up as root, installing Slurm with
 apt-get if missing; .ci/slurm-down.sh takes it down by PID): the documented generate -> train ->
 evaluate sweep as array jobs, a missing data file among others, a stale lock of a job on "another
-node", scancel of one task, and a requeue (submitit's pre-timeout signal) that resumes its run.
-Skipped, with the reason, where Slurm cannot be started."""
+node", scancel of one task, and requeues that resume their run: submitit's pre-timeout signal sent
+by hand, and sent by Slurm as a run outlasts its time limit. Skipped, with the reason, where Slurm cannot be started."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -44,9 +45,9 @@ def slurm():
     subprocess.run([str(REPO / ".ci" / "slurm-down.sh")], env=env, timeout=120)
 
 
-def stage(env, name, *overrides, cwd, check=True, **popen):
+def stage(env, name, *overrides, cwd, check=True, timeout=300):
     cmd = [sys.executable, "-m", f"hnnsym.{name}", *overrides]
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check:
         assert proc.returncode == 0, f"{name}: {proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     return proc
@@ -113,6 +114,31 @@ def test_sbatch_refusal_is_one_line(slurm, tmp_path, override, reason):
     assert "sbatch: error" not in proc.stderr  # sbatch's own lines are not repeated
 
 
+def test_a_finished_job_ignores_the_pre_timeout_signal():
+    """A job that ends less than signal_delay_s before its limit may get Slurm's signal while it
+    exits: ignored, it neither requeues the finished job nor kills it (Slurm would say FAILED)."""
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from hnnsym.launchers import ReportingLauncher
+
+    class Done:
+        def __call__(self, *args):
+            ret = JobReturn()
+            ret.status = JobStatus.COMPLETED
+            return ret
+
+    class Launcher(ReportingLauncher, Done):
+        pass
+
+    before = signal.signal(signal.SIGUSR2, lambda *_: None)  # as submitit's handler in a job
+    try:
+        ret = Launcher()([], "hydra.sweep.dir", 0, "job_id_for_0", {})
+        assert ret.status == JobStatus.COMPLETED
+        assert signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGUSR2, before)
+
+
 def wait_for(predicate, what, timeout=120):
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -156,3 +182,56 @@ def test_scancel_of_one_task_and_a_requeue(slurm, tmp_path):
                     *where[:2], f"run_dir={runs / 'seed1'}", cwd=tmp_path)  # fmt: skip
     assert f"from epoch {done}" in resumed.stdout
     assert len(pd.read_csv(runs / "seed1" / "metrics.csv")) == 300
+
+
+def submitit_time(line: str) -> float:
+    """Seconds since the epoch of a submitit log line, ``submitit INFO (2026-01-01 12:00:00,123) - ...``."""
+    stamp = line.split("(", 1)[1].split(")", 1)[0]
+    return time.mktime(time.strptime(stamp.split(",")[0], "%Y-%m-%d %H:%M:%S"))
+
+
+def test_time_limit_requeues_and_the_job_resumes_its_run(slurm, tmp_path):
+    """No signal by hand: timeout_min runs out, Slurm sends submitit's pre-timeout signal (up to 30 s
+    earlier than signal_delay_s before the limit: slurmctld checks time limits every 30 s), the job
+    is requeued (held cred_expire seconds, .ci/slurm-up.sh) and each later attempt resumes the run.
+    The run is longer than one attempt; how many attempts it takes varies with the signal's time."""
+    where = ["system=double_well", f"data_dir={tmp_path / 'data'}", f"hydra.sweep.dir={tmp_path / 'o'}",
+             f"run_dir={tmp_path}/o/${{run_name}}"]  # fmt: skip
+    stage(slurm, "generate", *SLURM, "seed=0", *TINY_DATA, "generate.n_train=256", *where,
+          cwd=tmp_path)  # fmt: skip
+    limit_s, delay_s = 120, 40
+    # 100 s of training at this machine's speed now (a probe of 40 epochs): more than an attempt
+    # can do before its signal (at most limit_s - delay_s after its start, less its start-up)
+    opts = ["train.early_stop.patience=100000", *TRAIN]
+    stage(slurm, "train", "seed=0", "train.epochs=40", *opts, *where[:2], f"run_dir={tmp_path / 'probe'}",
+          cwd=tmp_path)  # fmt: skip
+    per_epoch = pd.read_csv(tmp_path / "probe" / "metrics.csv")["wall_time"].iloc[-1] / 40
+    epochs = int(100 / per_epoch)
+    timed = ["hydra.launcher.timeout_min=2", f"hydra.launcher.signal_delay_s={delay_s}",
+             "hydra.launcher.max_num_timeout=4"]  # fmt: skip
+    train = stage(slurm, "train", *SLURM, *timed, "seed=0", f"train.epochs={epochs}", *opts, *where,
+                  cwd=tmp_path, timeout=540)  # fmt: skip
+    assert "error" not in train.stderr, train.stderr[-3000:]
+    (folder,) = (tmp_path / "o" / ".submitit").glob("train-*")
+    (log,) = (p for p in folder.iterdir() if p.is_dir())  # one job: not an array
+    # submitit returns once the job has written its result; Slurm's COMPLETED comes a moment later
+    wait_for(lambda: slurm_state(slurm, log.name) == "COMPLETED", "the job's end", timeout=60)
+    job = subprocess.run(["scontrol", "-o", "show", "job", log.name], env=slurm, check=True,
+                         capture_output=True, text=True).stdout  # fmt: skip
+    restarts = int(dict(kv.split("=", 1) for kv in job.split() if "=" in kv)["Restarts"])
+    assert restarts >= 1, f"ended before Slurm's signal (a fast machine? raise epochs): {job}"
+    # every attempt but the last was cut off by Slurm's signal, signal_delay_s before its limit
+    out = next(log.glob("*_log.out")).read_text()
+    lines = [ln for ln in out.splitlines() if ln.startswith("submitit ")]  # its own log lines
+    starts = [submitit_time(ln) for ln in lines if "Starting with JobEnvironment" in ln]
+    signals = [submitit_time(ln) for ln in lines if "Caught signal SIGUSR2" in ln]
+    assert len(starts) == restarts + 1 and len(signals) == restarts, out[-3000:]
+    for start, at in zip(starts, signals):
+        assert limit_s - delay_s - 45 <= at - start <= limit_s - delay_s + 5, (start, at)
+    assert sum("this job is timed-out" in ln for ln in lines) == restarts
+    assert sum(f"Requeued job {log.name} " in ln for ln in lines) == restarts
+    # each requeued attempt resumed its own run from last.pt, and the last one finished it
+    run = tmp_path / "o/double_well/hnn/implicit_midpoint-symplectic_adjoint/low/seed0"
+    assert out.count(f"resuming {run} from epoch ") == restarts, out[-3000:]
+    assert len(pd.read_csv(run / "metrics.csv")) == epochs
+    assert (run / "checkpoints" / "best.pt").exists() and not (run / ".lock").exists()
