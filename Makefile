@@ -33,7 +33,7 @@ test: install
 # Sweeps on a real single-node Slurm that the tests bring up (.ci/slurm-up.sh: root, apt-get);
 # skipped with the reason where it cannot be started. A few minutes.
 test-slurm: install
-	$(PY) -m pytest -q -m slurm tests/test_slurm.py
+	$(PY) -m pytest -q -m slurm tests/cli/test_slurm.py
 
 # The documentation site (mkdocs.yml, docs/) into site/; --strict: any warning (a broken link, a
 # docstring cross-reference that does not resolve) fails the build. Needs no network but PyPI.
@@ -91,7 +91,7 @@ bench-peer: install
 # message (exit 0) without one.
 gpu-check:
 	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
-		$(PY) -m pytest -q tests/test_compiled.py tests/test_exact_gradients.py && \
+		$(PY) -m pytest -q tests/ode/test_fixed_point_sweeps.py tests/ode/test_exact_gradients.py && \
 		$(PY) -m hnnsym.profile device=cuda 'profile.steps=[32,256]' profile.subprocess=false \
 			profile.torchdiffeq=false run_dir=outputs/profile/gpu_check; \
 	else echo "gpu-check: skipped, no CUDA device (torch.cuda.is_available() is False)"; fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bring up a single-node Slurm on this machine for tests/test_slurm.py (CI runs as root on Debian):
+# Bring up a single-node Slurm on this machine for tests/cli/test_slurm.py (CI runs as root on Debian):
 # install slurmctld, slurmd, slurm-client and munge if missing (apt-get), write a slurm.conf for
 # this host (hostname -s, nproc, memory; no cgroups, no accounting database: job completions go
 # to a text file; a requeued job held 10 s, not Slurm's default 120 s (AuthInfo cred_expire), and

@@ -19,7 +19,7 @@ so a scheme written with it conserves V's energy exactly in discrete time (``hnn
 ``avf``: the average vector field ∫₀¹ ∇V(v + s(u − v)) ds by k-point Gauss–Legendre quadrature
   (Celledoni et al. 2012). The integral is a discrete gradient for any V; its quadrature is one
   only up to the quadrature error: exact for polynomial V of degree ≤ 2k, and for a network the
-  chain-rule defect shrinks quickly with k (measured in tests/test_ddlm.py). No singularity at u = v.
+  chain-rule defect shrinks quickly with k (measured in tests/reproduction/test_position_only_learning.py). No singularity at u = v.
 
 Both are symmetric, ∇̄V(u, v) = ∇̄V(v, u), second-order accurate approximations of ∇V(m), and
 differentiable with respect to u, v and V's parameters (``create_graph``, default: grad mode on),

@@ -16,7 +16,7 @@ mass).
 the acceleration-level constraint DΦ ẍ + (d/dt DΦ) ẋ = 0 (``multiplier_acceleration``). On the
 data's state [x, p] it is the field ẋ = M_θ⁻¹p, ṗ = M_θ ẍ. (The Euler–Lagrange equations of L_θ in
 full, d/dt ∂L/∂ẋ − ∂L/∂x = −DΦᵀλ, reduce to this because ∂²L/∂ẋ² = M_θ is constant and
-∂²L/∂ẋ∂x = 0; tests/test_clnn.py checks it against the saddle system built by autograd of L_θ.)
+∂²L/∂ẋ∂x = 0; tests/physics/test_constrained_lagrangian.py checks it against the saddle system built by autograd of L_θ.)
 
 How they differ. With the same parameters the two fields are equal, in exact arithmetic, on the
 learned velocity manifold Φ̇_θ = DΦ M_θ⁻¹ p = 0: there CHNN's projection leaves ẋ = M_θ⁻¹p and its

@@ -10,7 +10,7 @@ final time), and dL/dθ = ∫ λᵀ ∂f/∂θ dt is accumulated on the fly by t
 
 This is the gradient of the continuous problem, discretized. Its dL/dθ differs from the exact
 gradient of the discrete solution by O(h²) whatever the integrator (the trapezoidal quadrature;
-tests/test_gradients.py measures 2.0 for midpoint, GL4 and RK4). Its dL/dy0 is exact for
+tests/ode/test_gradient_methods.py measures 2.0 for midpoint, GL4 and RK4). Its dL/dy0 is exact for
 Gauss–Legendre (a symplectic RK method on the augmented system is its own discrete adjoint, and a
 symmetric method stepped back retraces the states) and O(h^p) or better otherwise (RK4: measured
 5). Only plain (non-partitioned) RK tableaux.

@@ -17,7 +17,7 @@ from hnnsym.ode.integrators import get_integrator
 from hnnsym.physics.models import Potential
 from hnnsym.training.losses import Eq12Loss, LossContext, PositionStepLoss, build_run_loss
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 F64 = torch.float64
 H = 0.05
 

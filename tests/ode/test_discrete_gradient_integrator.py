@@ -30,7 +30,9 @@ def network(seed: int = 0) -> HNN:
 def test_energy_of_a_network_is_conserved_to_rounding_where_implicit_midpoint_drifts(kind):
     H = network()
     y0 = torch.tensor([[0.5, -0.3], [1.5, 0.8], [-2.0, 0.1]], dtype=F64)
-    nodes = 8 if kind == "avf" else 4  # AVF: exact only up to its quadrature (tests/test_ddlm.py)
+    nodes = (
+        8 if kind == "avf" else 4
+    )  # AVF: exact only up to its quadrature (tests/reproduction/test_position_only_learning.py)
     dg = get_integrator("discrete_gradient", tol=1e-14, kind=kind, nodes=nodes)
     with torch.no_grad():
         ys = solve(H, y0, 0.1, 2000, dg, "backprop").ys

@@ -41,7 +41,7 @@ from hnnsym.physics.systems import get_system
 from hnnsym.training.losses import Eq12Loss, PositionStepLoss
 from hnnsym.training.stage import train
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 F64 = torch.float64
 
 

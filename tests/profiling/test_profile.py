@@ -22,7 +22,7 @@ from hnnsym.profiling.plan import Method, Setting, methods_from_config
 from hnnsym.profiling.run import COLUMNS
 from hnnsym.profiling.stage import profile
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 F32 = 4  # bytes
 HNN = {"name": "hnn", "hidden": [16, 32, 16], "activation": "tanh"}
 OSCILLATOR = {"name": "coupled_oscillator", "params": {"alpha": 0.5}}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = {
     "neural_ode_odeint.py": "loss decreased: True",
     "symplectic_adjoint_training_loop.py": "loss decreased: True",

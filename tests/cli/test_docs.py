@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 TABLES = "docs/papers/tables"
 INCLUDE = re.compile(r'^\s*-{1,}8<-{1,}\s+"([^"]+)"', re.MULTILINE)

@@ -42,7 +42,7 @@ from hnnsym.training.losses import (
     build_run_loss,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CONF = CONF_DIR
 F64 = torch.float64
 

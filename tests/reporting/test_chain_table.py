@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from hnnsym.reporting.table_chain import REFERENCE, build_table, make_table, markdown_table
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 CHAIN = ["system=chain_pendulum", "system.params.links=2", "noise=none", "train.epochs=3"]
 ANGLES = ["system=chain_pendulum_angles", "system.params.links=2", "noise=none",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ import hnnsym.errors
 from hnnsym.config import CONF_DIR
 from hnnsym.data.hdf5 import DataError, read_dataset, write_dataset
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 submitit = pytest.importorskip("submitit", reason="pip install -e '.[sweeps]'")
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="pip install -e '.[sweeps]'")
 
@@ -289,3 +290,28 @@ def test_a_lock_of_a_slurm_job_no_longer_running_is_taken_over(tmp_path, monkeyp
     with hnnsym.artifacts.exclusive_dir(run, "train"):
         pass
     assert not (run / ".lock").exists()
+
+
+def test_a_finished_job_ignores_the_pre_timeout_signal():
+    """A job that ends less than signal_delay_s before its limit may get Slurm's signal while it
+    exits: ignored, it neither requeues the finished job nor kills it (Slurm would say FAILED)."""
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from hnnsym.launchers import ReportingLauncher
+
+    class Done:
+        def __call__(self, *args):
+            ret = JobReturn()
+            ret.status = JobStatus.COMPLETED
+            return ret
+
+    class Launcher(ReportingLauncher, Done):
+        pass
+
+    before = signal.signal(signal.SIGUSR2, lambda *_: None)  # as submitit's handler in a job
+    try:
+        ret = Launcher()([], "hydra.sweep.dir", 0, "job_id_for_0", {})
+        assert ret.status == JobStatus.COMPLETED
+        assert signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGUSR2, before)

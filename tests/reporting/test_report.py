@@ -23,7 +23,7 @@ from hnnsym.reporting.runs import evaluate_command, find_runs, load_runs, train_
 from hnnsym.reporting.tables import aggregate, choose_keys, to_latex
 
 METRICS = ["h_l1", "vf_rel", "best_val_loss"]
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def grid_of_runs(make_run, rng: np.random.Generator, seeds=(0, 1, 2)) -> dict:

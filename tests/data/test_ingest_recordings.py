@@ -21,7 +21,7 @@ from hnnsym.data.units import Units
 from hnnsym.errors import DataError, UserError
 from hnnsym.physics.systems import MEASURED
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
+REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "real"
 
 
 def one_line(err: pytest.ExceptionInfo) -> str:

@@ -21,7 +21,7 @@ import hnnsym
 from hnnsym.config import CONF_DIR
 from hnnsym.progress import on_terminal, progress
 
-ROOT = Path(__file__).resolve().parents[1]  # the checkout the wheel is built from
+ROOT = Path(__file__).resolve().parents[2]  # the checkout the wheel is built from
 # what a build copies from the checkout: not the runs, the data, the VCS or earlier builds
 SKIP_AT_ROOT = {".git", ".venv", "data", "outputs", "results", "multirun", "build", "dist"}
 SKIP_ANYWHERE = {"__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis"}

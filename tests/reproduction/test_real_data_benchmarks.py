@@ -15,7 +15,7 @@ from hnnsym.data.ingest import ingest
 
 pytest.importorskip("scipy")
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def load(name: str):
