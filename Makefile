@@ -89,7 +89,7 @@ bench-peer: install
 
 # On a CUDA machine: the exact-gradient tests on the device and the profile there; a skip
 # message (exit 0) without one.
-gpu-check:
+gpu-check: install
 	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
 		$(PY) -m pytest -q tests/ode/test_fixed_point_sweeps.py tests/ode/test_exact_gradients.py && \
 		$(PY) -m hnnsym.profile device=cuda 'profile.steps=[32,256]' profile.subprocess=false \
