@@ -86,8 +86,7 @@ def _tanh_and_slope(z: Tensor, overwrite: bool = False) -> tuple[Tensor, Tensor]
 
 def _tanh_and_slope_values(z: Tensor, overwrite: bool = False) -> tuple[Tensor, Tensor]:
     """``overwrite``: compute tanh in z's own memory (z is a temporary without a graph)."""
-    a = (torch.sigmoid_(z.mul_(2)) if overwrite else torch.sigmoid(2 * z)).mul_(2).sub_(1)
-    return a, torch.addcmul(_one(a.dtype, a.device), a, a, value=-1)
+    return _tanh_of_doubled(z.mul_(2) if overwrite else 2 * z)
 
 
 class _TanhSlope(torch.autograd.Function):
@@ -121,6 +120,29 @@ def _activation_and_slope(act: nn.Module) -> Callable[[Tensor], tuple[Tensor, Te
     return lambda z: (a := act(z), slope(z, a))
 
 
+def _layer_and_slope(act: nn.Module) -> Callable[[Tensor, Tensor, Tensor], tuple[Tensor, ...]]:
+    """(h, W, b) -> (σ(z), σ'(z), z) with z = h Wᵀ + b, without a graph. For tanh z is not kept
+    (None; its memory holds tanh z), and on a 2-D h the 2z of 2σ(2z) − 1 comes from the product
+    itself (addmm with α = β = 2: exact, one scaling op fewer)."""
+    if not isinstance(act, nn.Tanh):
+        slope = _activation_and_slope(act)
+        return lambda h, W, b: (*slope(z := F.linear(h, W, b)), z)
+
+    def tanh_layer(h: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, ...]:
+        doubled = torch.addmm(b, h, W.t(), beta=2, alpha=2) if h.dim() == 2 else None
+        if doubled is None:
+            return (*_tanh_and_slope_values(F.linear(h, W, b), overwrite=True), None)
+        return (*_tanh_of_doubled(doubled), None)
+
+    return tanh_layer
+
+
+def _tanh_of_doubled(z2: Tensor) -> tuple[Tensor, Tensor]:
+    """(tanh z, 1 − tanh² z) from z2 = 2z, computed in z2's memory."""
+    a = torch.sigmoid_(z2).mul_(2).sub_(1)
+    return a, torch.addcmul(_one(a.dtype, a.device), a, a, value=-1)
+
+
 def _gradient_parameters(net: nn.Sequential) -> list[Tensor]:
     """The tensors ∇H of ``net`` depends on: W_1, b_1, …, W_L, b_L, w (not the output bias)."""
     layers = list(net)
@@ -133,7 +155,7 @@ def _gradient_values(net: nn.Sequential, x: Tensor) -> Tensor:
     hidden = list(zip(layers[0:-1:2], layers[1::2]))
     h, slopes = x, []
     for linear, act in hidden:
-        h, slope = _activation_and_slope(act)(F.linear(h, linear.weight, linear.bias))
+        h, slope, _ = _layer_and_slope(act)(h, linear.weight, linear.bias)
         slopes.append(slope)
     w = layers[-1].weight  # (1, width): broadcasts over the batch
     g = w if x.dim() > 1 else w[0]
@@ -156,6 +178,11 @@ def _gradient_graph(net: nn.Sequential, x: Tensor, params: Sequence[Tensor]) -> 
     return g.view(x.shape) if x.dim() == 1 else g
 
 
+def _rows(x: Tensor) -> Tensor:
+    """x (..., n) as (M, n): itself when it is already 2-D (no reshape op)."""
+    return x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+
+
 class _MLPGradient(torch.autograd.Function):
     """x (..., n) -> ∇ₓH as one graph node whose backward is written by hand: for the cotangent ν
     of ∇H it is ∇²H ν for x and ∂/∂θ Σ ν·∇H for θ = ``_gradient_parameters``, the tangent pass of
@@ -166,12 +193,13 @@ class _MLPGradient(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, net: nn.Sequential, x: Tensor, *params: Tensor) -> Tensor:
-        lin = MLPLinearization(net, x.reshape(-1, x.shape[-1]), hessian=False)
+        lin = MLPLinearization(net, _rows(x), hessian=False)
         ctx.net, ctx.layers = net, len(lin.weights)
         ctx.save_for_backward(
             x, *params, *lin.inputs[1:], *lin.slopes, *lin.ucurv, *lin.chain
         )  # fmt: skip
-        return torch.mm(lin.chain[0], lin.weights[0]).view(x.shape)
+        g = torch.mm(lin.chain[0], lin.weights[0])
+        return g if x.dim() == 2 else g.view(x.shape)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
@@ -189,16 +217,17 @@ class _MLPGradient(torch.autograd.Function):
                     )
                 )  # fmt: skip
             return (None, *(next(got) if need else None for need in needs))
-        n = x.shape[-1]
         lin = MLPLinearization.restore(
             params[0:-1:2],
-            [x.reshape(-1, n), *saved[: L - 1]],
+            [_rows(x), *saved[: L - 1]],
             *(saved[k * L - 1 : (k + 1) * L - 1] for k in (1, 2, 3)),
         )
-        nu = grad.reshape(-1, n)
-        z_dots, a_dots = lin._tangent(nu)
+        z_dots, a_dots = lin._tangent(_rows(grad))
         rs = lin._back(z_dots)
-        grad_x = torch.mm(rs[0], lin.weights[0]).view(x.shape) if needs[0] else None
+        grad_x = None
+        if needs[0]:
+            grad_x = torch.mm(rs[0], lin.weights[0])
+            grad_x = grad_x if x.dim() == 2 else grad_x.view(x.shape)
         grads = lin._parameter_gradients(a_dots, rs)[:-1] if any(needs[1:]) else params
         return (None, grad_x, *(g if need else None for g, need in zip(grads, needs[1:])))
 
@@ -257,8 +286,7 @@ class MLPLinearization:
         # kept per layer i = 1..L: a_{i−1}, s_i, t_i u_i and s_i u_i, (M, width) each
         self.inputs, self.slopes, zs = [x], [], []
         for lin, act in zip(linears, layers[1::2]):
-            z = F.linear(self.inputs[-1], lin.weight, lin.bias)
-            a, s = _activation_and_slope(act)(z)
+            a, s, z = _layer_and_slope(act)(self.inputs[-1], lin.weight, lin.bias)
             zs.append(z)
             self.inputs.append(a)
             self.slopes.append(s)
@@ -305,7 +333,7 @@ class MLPLinearization:
         z_dots, a_dots, a_dot = [], [], nu
         for weight, s in zip(self.weights, self.slopes):
             a_dots.append(a_dot)
-            z_dots.append(torch.mm(a_dot, weight.t()))
+            z_dots.append(F.linear(a_dot, weight))
             a_dot = s * z_dots[-1]
         a_dots.append(a_dot)
         return z_dots, a_dots
