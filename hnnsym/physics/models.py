@@ -186,9 +186,9 @@ def _rows(x: Tensor) -> Tensor:
 class _MLPGradient(torch.autograd.Function):
     """x (..., n) -> ∇ₓH as one graph node whose backward is written by hand: for the cotangent ν
     of ∇H it is ∇²H ν for x and ∂/∂θ Σ ν·∇H for θ = ``_gradient_parameters``, the tangent pass of
-    ``MLPLinearization`` (with it the backward of the headline training step runs 56 top-level
-    aten ops per step in place of 81 through autograd's graph of ``_gradient_graph``, measured by
-    ``benchmarks/step_ops.py``). Forward runs without a graph and saves a_{i−1}, s_i, t_i u_i and
+    ``MLPLinearization`` (with it the headline training step runs 102 top-level aten ops per step,
+    37 forward and 66 backward, in place of 122, 41 and 81, through autograd's graph of
+    ``_gradient_graph``; ``benchmarks/step_ops.py``). Forward runs without a graph and saves a_{i−1}, s_i, t_i u_i and
     s_i u_i per layer; for tanh only a_i and s_i u_i, the rest recomputed in backward
     (``_tanh_completed``: 66.5 MB saved in place of 122.9 MB by the headline's 256-step backprop
     rollout). A backward that itself builds a graph (double backward) differentiates
