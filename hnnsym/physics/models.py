@@ -8,15 +8,17 @@ mass matrix, stepped by the position schemes of ``hnnsym.ode.lagrangian`` (Aoshi
 
 The MLP Hamiltonians also give ∇H in closed form (``energy_gradient``, ``mlp_gradient``): the
 output weight back-propagated through the layers by hand, ∇H = W₁ᵀ(σ'(z₁) ⊙ W₂ᵀ(σ'(z₂) ⊙ … W_Lᵀ)).
-It is made of ordinary differentiable ops, so ``vector_field`` needs no ``autograd.grad`` call and
-the vector–Jacobian products of f that the gradient methods take are one backward pass instead
-of a double backward through autograd's graph of a gradient.
+With a graph it is one node whose backward (∇²H ν and ∂/∂θ ν·∇H) is written by hand
+(``_MLPGradient``), so ``vector_field`` needs no ``autograd.grad`` call and the vector–Jacobian
+products of f that the gradient methods take are one backward pass instead of a double backward
+through autograd's graph of a gradient.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 import torch
 from torch import Tensor, nn
@@ -66,6 +68,13 @@ def _activation_derivative(act: nn.Module) -> Callable[[Tensor, Tensor], Tensor]
     return None
 
 
+@lru_cache(maxsize=16)
+def _one(dtype: torch.dtype, device: torch.device) -> Tensor:
+    """A 0-dim 1 (read only): the constant of 1 − a² without a ``ones`` op per call."""
+    with torch.inference_mode(False):
+        return torch.ones((), dtype=dtype, device=device)
+
+
 def _tanh_and_slope(z: Tensor, overwrite: bool = False) -> tuple[Tensor, Tensor]:
     """(tanh z, 1 − tanh² z), with tanh z = 2σ(2z) − 1: the same function as ``torch.tanh`` to
     rounding (|Δ| <= 2 ulp of 1), and 1.5–3x faster on CPU, where torch's tanh is slow; the slope
@@ -78,15 +87,14 @@ def _tanh_and_slope(z: Tensor, overwrite: bool = False) -> tuple[Tensor, Tensor]
 
 def _tanh_and_slope_values(z: Tensor, overwrite: bool = False) -> tuple[Tensor, Tensor]:
     """``overwrite``: compute tanh in z's own memory (z is a temporary without a graph)."""
-    a = (torch.sigmoid_(z.mul_(2)) if overwrite else torch.sigmoid(2 * z)).mul_(2).sub_(1)
-    return a, torch.addcmul(torch.ones((), dtype=a.dtype, device=a.device), a, a, value=-1)
+    return _tanh_of_doubled(z.mul_(2) if overwrite else 2 * z)
 
 
 class _TanhSlope(torch.autograd.Function):
     """z -> (a, s) = (tanh z, 1 − tanh² z) as one graph node: backward
     ∂L/∂z = s (∂L/∂a − 2a ∂L/∂s), two ops instead of autograd's chain through σ, the scalings and
-    addcmul (the gradient methods' backward passes through ∇H in closed form spent ~1/5 of a
-    training epoch there). The backward is made of differentiable ops, so double backward works."""
+    addcmul. The backward is made of differentiable ops, so double backward works (the double
+    backward of ``mlp_gradient`` runs through it)."""
 
     @staticmethod
     def forward(ctx, z: Tensor) -> tuple[Tensor, Tensor]:
@@ -106,30 +114,157 @@ class _TanhSlope(torch.autograd.Function):
 
 def _activation_and_slope(act: nn.Module) -> Callable[[Tensor], tuple[Tensor, Tensor]]:
     """z -> (σ(z), σ'(z)) for an activation of ``mlp`` that ``_activation_derivative`` knows; z is
-    a temporary that it may overwrite."""
+    a temporary that it may overwrite (tanh does; the others leave it intact)."""
     if isinstance(act, nn.Tanh):
         return lambda z: _tanh_and_slope(z, overwrite=True)
     slope = _activation_derivative(act)
     return lambda z: (a := act(z), slope(z, a))
 
 
-def mlp_gradient(net: nn.Sequential, x: Tensor) -> Tensor:
-    """∇ₓ of a scalar MLP built by ``mlp`` (n_in -> ... -> 1) in closed form: (..., n_in).
+def _layer_and_slope(act: nn.Module) -> Callable[[Tensor, Tensor, Tensor], tuple[Tensor, ...]]:
+    """(h, W, b) -> (σ(z), σ'(z), z) with z = h Wᵀ + b, without a graph. For tanh z is not kept
+    (None; its memory holds tanh z), and on a 2-D h the 2z of 2σ(2z) − 1 comes from the product
+    itself (addmm with α = β = 2: exact, one scaling op fewer)."""
+    if not isinstance(act, nn.Tanh):
+        slope = _activation_and_slope(act)
+        return lambda h, W, b: (*slope(z := F.linear(h, W, b)), z)
 
-    Equal to ``autograd.grad`` of the network to rounding; differentiable with respect to x and
-    the weights by ordinary backward (no double backward)."""
+    def tanh_layer(h: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, ...]:
+        if h.dim() == 2:
+            return (*_tanh_of_doubled(torch.addmm(b, h, W.t(), beta=2, alpha=2)), None)
+        return (*_tanh_and_slope_values(F.linear(h, W, b), overwrite=True), None)
+
+    return tanh_layer
+
+
+def _tanh_of_doubled(z2: Tensor) -> tuple[Tensor, Tensor]:
+    """(tanh z, 1 − tanh² z) from z2 = 2z, computed in z2's memory."""
+    a = torch.sigmoid_(z2).mul_(2).sub_(1)
+    return a, torch.addcmul(_one(a.dtype, a.device), a, a, value=-1)
+
+
+def _gradient_parameters(net: nn.Sequential) -> list[Tensor]:
+    """The tensors ∇H of ``net`` depends on: W_1, b_1, …, W_L, b_L, w (not the output bias)."""
+    layers = list(net)
+    return [t for lin in layers[0:-1:2] for t in (lin.weight, lin.bias)] + [layers[-1].weight]
+
+
+def _gradient_values(net: nn.Sequential, x: Tensor) -> Tensor:
+    """``mlp_gradient`` without a graph, its temporaries overwritten in place."""
     layers = list(net)
     hidden = list(zip(layers[0:-1:2], layers[1::2]))
     h, slopes = x, []
     for linear, act in hidden:
-        h, slope = _activation_and_slope(act)(F.linear(h, linear.weight, linear.bias))
+        h, slope, _ = _layer_and_slope(act)(h, linear.weight, linear.bias)
         slopes.append(slope)
-    g = layers[-1].weight.expand(*x.shape[:-1], -1)
-    graph = torch.is_grad_enabled()
+    w = layers[-1].weight  # (1, width): broadcasts over the batch
+    g = w if x.dim() > 1 else w[0]
     for (linear, _), slope in zip(reversed(hidden), reversed(slopes)):
-        # without a graph the slopes are temporaries: multiply in their memory
-        g = (g * slope if graph else slope.mul_(g)) @ linear.weight
+        g = slope.mul_(g) @ linear.weight
     return g
+
+
+def _gradient_graph(net: nn.Sequential, x: Tensor, params: Sequence[Tensor]) -> Tensor:
+    """``mlp_gradient`` as ordinary differentiable ops of x and ``params``
+    (``_gradient_parameters``): what the double backward of ``_MLPGradient`` differentiates (its
+    hand-written backward is not itself differentiable)."""
+    h, slopes = x, []
+    for i, act in enumerate(list(net)[1::2]):
+        h, slope = _activation_and_slope(act)(F.linear(h, params[2 * i], params[2 * i + 1]))
+        slopes.append(slope)
+    g = params[-1]
+    for i in reversed(range(len(slopes))):
+        g = (g * slopes[i]) @ params[2 * i]
+    return g.view(x.shape) if x.dim() == 1 else g
+
+
+def _rows(x: Tensor) -> Tensor:
+    """x (..., n) as (M, n): itself when it is already 2-D (no reshape op)."""
+    return x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+
+
+class _MLPGradient(torch.autograd.Function):
+    """x (..., n) -> ∇ₓH as one graph node whose backward is written by hand: for the cotangent ν
+    of ∇H it is ∇²H ν for x and ∂/∂θ Σ ν·∇H for θ = ``_gradient_parameters``, the tangent pass of
+    ``MLPLinearization`` (with it the headline training step runs 102 top-level aten ops per step,
+    37 forward and 66 backward, in place of 122, 41 and 81, through autograd's graph of
+    ``_gradient_graph``; ``benchmarks/step_ops.py``). Forward runs without a graph and saves a_{i−1}, s_i, t_i u_i and
+    s_i u_i per layer; for tanh only a_i and s_i u_i, the rest recomputed in backward
+    (``_tanh_completed``: 66.5 MB saved in place of 122.9 MB by the headline's 256-step backprop
+    rollout). A backward that itself builds a graph (double backward) differentiates
+    ``_gradient_graph`` instead: the same derivative, by autograd."""
+
+    @staticmethod
+    def forward(ctx, net: nn.Sequential, x: Tensor, *params: Tensor) -> Tensor:
+        tanh = all(isinstance(act, nn.Tanh) for act in list(net)[1::2])
+        lin = MLPLinearization(net, _rows(x), hessian=False, curvature=not tanh)
+        ctx.net, ctx.layers, ctx.tanh = net, len(lin.weights), tanh
+        if tanh:  # s_i and t_i u_i follow from a_i and s_i u_i: recomputed in backward
+            ctx.save_for_backward(x, *params, *lin.outputs, *lin.chain)
+        else:
+            ctx.save_for_backward(
+                x, *params, *lin.inputs[1:], *lin.slopes, *lin.ucurv, *lin.chain
+            )  # fmt: skip
+        g = torch.mm(lin.chain[0], lin.weights[0])
+        return g if x.dim() == 2 else g.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
+        x, *saved = ctx.saved_tensors
+        L = ctx.layers
+        params, saved = saved[: 2 * L + 1], saved[2 * L + 1 :]
+        needs = ctx.needs_input_grad[1:]
+        if torch.is_grad_enabled():  # double backward: autograd through the plain ops
+            wanted = [t for t, need in zip((x, *params), needs) if need]
+            with torch.enable_grad():
+                got = iter(
+                    torch.autograd.grad(
+                        _gradient_graph(ctx.net, x, params), wanted, grad, create_graph=True,
+                        allow_unused=True,
+                    )
+                )  # fmt: skip
+            return (None, *(next(got) if need else None for need in needs))
+        if ctx.tanh:
+            lin = _tanh_completed(params[0:-1:2], _rows(x), saved[:L], saved[L:])
+        else:
+            lin = MLPLinearization.restore(
+                params[0:-1:2],
+                [_rows(x), *saved[: L - 1]],
+                *(saved[k * L - 1 : (k + 1) * L - 1] for k in (1, 2, 3)),
+            )
+        z_dots, a_dots = lin._tangent(_rows(grad))
+        rs = lin._back(z_dots)
+        grad_x = None
+        if needs[0]:
+            grad_x = torch.mm(rs[0], lin.weights[0])
+            grad_x = grad_x if x.dim() == 2 else grad_x.view(x.shape)
+        grads = (
+            lin._parameter_gradients(a_dots, rs)[:-1] if any(needs[1:]) else [None] * len(params)
+        )
+        return (None, grad_x, *(g if need else None for g, need in zip(grads, needs[1:])))
+
+
+def _tanh_completed(
+    weights: Sequence[Tensor], x: Tensor, outputs: Sequence[Tensor], chain: Sequence[Tensor]
+) -> MLPLinearization:
+    """The linearisation of a tanh MLP from x, a_1 … a_L and s_i u_i alone:
+    s_i = 1 − a_i², t_i u_i = −2 a_i (s_i u_i)."""
+    one = _one(x.dtype, x.device)
+    slopes = [torch.addcmul(one, a, a, value=-1) for a in outputs]
+    ucurv = [torch.mul(a, c).mul_(-2) for a, c in zip(outputs, chain)]
+    return MLPLinearization.restore(weights, [x, *outputs[:-1]], slopes, ucurv, chain)
+
+
+def mlp_gradient(net: nn.Sequential, x: Tensor) -> Tensor:
+    """∇ₓ of a scalar MLP built by ``mlp`` (n_in -> ... -> 1) in closed form: (..., n_in).
+
+    Equal to ``autograd.grad`` of the network to rounding. With a graph it is one node
+    (``_MLPGradient``), differentiable with respect to x and the weights, twice as well."""
+    if torch.is_grad_enabled():
+        params = _gradient_parameters(net)
+        if x.requires_grad or any(p.requires_grad for p in params):
+            return _MLPGradient.apply(net, x, *params)
+    return _gradient_values(net, x)
 
 
 def _activation_second_derivative(act: nn.Module) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
@@ -144,17 +279,13 @@ def _activation_second_derivative(act: nn.Module) -> Callable[[Tensor, Tensor, T
     return lambda z, a, s: torch.exp(-0.5 * z * z) * (2 - z * z) / math.sqrt(2 * math.pi)
 
 
-def _activation_curvature(act: nn.Module) -> Callable[[Tensor], tuple[Tensor, Tensor, Tensor]]:
-    """z -> (σ(z), σ'(z), σ''(z)) for an activation of ``mlp`` that ``_activation_derivative``
-    knows; z is a temporary that it may overwrite."""
-    slope, second = _activation_and_slope(act), _activation_second_derivative(act)
-    overwrites = isinstance(act, nn.Tanh)  # tanh's slope overwrites z; its σ'' needs only σ, σ'
-
-    def curvature(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        a, s = slope(z)
-        return a, s, second(None if overwrites else z, a, s)
-
-    return curvature
+def _curvature_times(act: nn.Module) -> Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]:
+    """(z, a, s, u, s⊙u) -> σ''(z) ⊙ u for an activation ``_activation_derivative`` knows (tanh:
+    −2 a ⊙ (s⊙u), two ops; its z has been overwritten by a)."""
+    if isinstance(act, nn.Tanh):
+        return lambda z, a, s, u, chain: torch.mul(a, chain).mul_(-2)
+    second = _activation_second_derivative(act)
+    return lambda z, a, s, u, chain: second(z, a, s) * u
 
 
 class MLPLinearization:
@@ -167,34 +298,58 @@ class MLPLinearization:
     forward as ż_i = W_i ȧ_{i−1}, ȧ_i = s_i ż_i (ȧ_0 = ν) and back as r_L = t_L u_L ż_L,
     r_i = t_i u_i ż_i + s_i W_{i+1}ᵀ r_{i+1}: then ∇²H ν = W_1ᵀ r_1 and
     ∂/∂W_i Σ ν·∇H = (s_i u_i) ȧ_{i−1}ᵀ + r_i a_{i−1}ᵀ, ∂/∂b_i = r_i, ∂/∂w = ȧ_L (b_out: none).
-    The Hessian is that product for ν = each unit vector. Nothing here records a graph."""
+    The Hessian is that product for ν = each unit vector (``hessian=False``: not computed; the
+    backward of ``_MLPGradient`` uses the rest). Nothing here records a graph."""
 
     @torch.no_grad()
-    def __init__(self, net: nn.Sequential, x: Tensor):
+    def __init__(self, net: nn.Sequential, x: Tensor, hessian: bool = True, curvature: bool = True):
         layers = list(net)
-        self.linears = [lin for lin in layers[0:-1:2]]
+        linears = layers[0:-1:2]
+        self.weights = [lin.weight for lin in linears]
         # kept per layer i = 1..L: a_{i−1}, s_i, t_i u_i and s_i u_i, (M, width) each
-        self.inputs, self.slopes, curvatures = [x], [], []
-        a = x
-        for lin, act in zip(self.linears, layers[1::2]):
-            a, s, t = _activation_curvature(act)(F.linear(a, lin.weight, lin.bias))
+        self.inputs, self.slopes, zs = [x], [], []
+        for lin, act in zip(linears, layers[1::2]):
+            a, s, z = _layer_and_slope(act)(self.inputs[-1], lin.weight, lin.bias)
+            zs.append(z)
             self.inputs.append(a)
             self.slopes.append(s)
-            curvatures.append(t)
+        outputs = self.inputs[1:]
         self.inputs.pop()  # a_L: not needed
-        L = len(self.linears)
+        L = len(linears)
         self.ucurv, self.chain = [x] * L, [x] * L  # t_i u_i, s_i u_i
-        u = layers[-1].weight.expand(x.shape[0], -1)
-        for i in reversed(range(L)):
-            self.ucurv[i], self.chain[i] = curvatures[i].mul_(u), self.slopes[i] * u
+        u = layers[-1].weight  # (1, width): broadcasts over the batch
+        for i, act in reversed(list(enumerate(layers[1::2]))):
+            self.chain[i] = self.slopes[i] * u
+            if curvature:
+                self.ucurv[i] = _curvature_times(act)(
+                    zs[i], outputs[i], self.slopes[i], u, self.chain[i]
+                )
             if i > 0:
-                u = self.chain[i] @ self.linears[i].weight
-        # ∇²H e_k for each unit vector e_k, one at a time (stacking them measured slower on CPU)
-        columns = []
-        for e in torch.eye(x.shape[-1], dtype=x.dtype, device=x.device):
-            z_dots, _ = self._tangent(e.expand_as(x))
-            columns.append(self._back(z_dots)[0] @ self.linears[0].weight)
-        self.hessian = torch.stack(columns, -1)  # symmetric: [m, k, l] = [m, l, k]
+                u = torch.mm(self.chain[i], self.weights[i])
+        if not curvature:  # t_i u_i not formed: the caller completes it (``_tanh_completed``)
+            self.outputs = outputs
+            return
+        if hessian:  # ∇²H e_k for each unit vector e_k, one at a time (stacking them measured
+            columns = []  # slower on CPU)
+            for e in torch.eye(x.shape[-1], dtype=x.dtype, device=x.device):
+                z_dots, _ = self._tangent(e.expand_as(x))
+                columns.append(self._back(z_dots)[0] @ self.weights[0])
+            self.hessian = torch.stack(columns, -1)  # symmetric: [m, k, l] = [m, l, k]
+
+    @classmethod
+    def restore(
+        cls,
+        weights: Sequence[Tensor],
+        inputs: Sequence[Tensor],
+        slopes: Sequence[Tensor],
+        ucurv: Sequence[Tensor],
+        chain: Sequence[Tensor],
+    ) -> MLPLinearization:
+        """One built from kept tensors (``kept`` order, without the Hessian)."""
+        self = cls.__new__(cls)
+        self.weights, self.inputs, self.slopes = list(weights), list(inputs), list(slopes)
+        self.ucurv, self.chain = list(ucurv), list(chain)
+        return self
 
     def kept(self) -> list[Tensor]:
         """The tensors this object holds (for memory meters)."""
@@ -203,9 +358,9 @@ class MLPLinearization:
     def _tangent(self, nu: Tensor) -> tuple[list[Tensor], list[Tensor]]:
         """(ż_i, ȧ_{i−1}) for i = 1..L, and ȧ_L, of tangents ν (M, n)."""
         z_dots, a_dots, a_dot = [], [], nu
-        for lin, s in zip(self.linears, self.slopes):
+        for weight, s in zip(self.weights, self.slopes):
             a_dots.append(a_dot)
-            z_dots.append(a_dot @ lin.weight.T)
+            z_dots.append(F.linear(a_dot, weight))
             a_dot = s * z_dots[-1]
         a_dots.append(a_dot)
         return z_dots, a_dots
@@ -214,24 +369,28 @@ class MLPLinearization:
         """r_1 … r_L of tangents whose ż_i are ``z_dots``, computed in their place (fresh
         tensors of a chunk's size cost page faults on CPU)."""
         rs: list[Tensor] = []
-        for i in reversed(range(len(self.linears))):
+        for i in reversed(range(len(self.weights))):
             r = z_dots[i].mul_(self.ucurv[i])
             if rs:
-                r.addcmul_(self.slopes[i], rs[0] @ self.linears[i + 1].weight)
+                r.addcmul_(self.slopes[i], torch.mm(rs[0], self.weights[i + 1]))
             rs.insert(0, r)
         return rs
+
+    def _parameter_gradients(self, a_dots: list[Tensor], rs: list[Tensor]) -> list[Tensor | None]:
+        """∂/∂θ Σ ν·∇H from a tangent pass (``_tangent``'s ȧ, ``_back``'s r), in the order of the
+        net's ``parameters()`` (None for the output bias)."""
+        grads: list[Tensor | None] = []
+        for i in range(len(self.weights)):
+            weight = torch.addmm(torch.mm(self.chain[i].t(), a_dots[i]), rs[i].t(), self.inputs[i])
+            grads += [weight, rs[i].sum(0)]
+        return [*grads, a_dots[-1].sum(0, keepdim=True), None]
 
     @torch.no_grad()
     def directional_gradient_vjp(self, nu: Tensor) -> list[Tensor | None]:
         """∂/∂θ Σ_m ν_m·∇H(x_m) for each of the net's ``parameters()``, in order (None for the
         output bias, on which ∇H does not depend)."""
         z_dots, a_dots = self._tangent(nu)
-        rs = self._back(z_dots)
-        grads: list[Tensor | None] = []
-        for i in range(len(self.linears)):
-            weight = torch.addmm(self.chain[i].T @ a_dots[i], rs[i].T, self.inputs[i])
-            grads += [weight, rs[i].sum(0)]
-        return [*grads, a_dots[-1].sum(0, keepdim=True), None]
+        return self._parameter_gradients(a_dots, self._back(z_dots))
 
 
 def periodic_indices(periodic: Sequence[int] | None, dim: int) -> tuple[int, ...]:
@@ -315,7 +474,7 @@ class PeriodicLinearization:
     def __init__(self, net: nn.Sequential, inputs: PeriodicInputs, x: Tensor):
         self.inputs, self.x = inputs, x
         self.inner = MLPLinearization(net, inputs(x))
-        grad = self.inner.chain[0] @ self.inner.linears[0].weight  # ∇ₑnet (M, n + k)
+        grad = self.inner.chain[0] @ self.inner.weights[0]  # ∇ₑnet (M, n + k)
         E = inputs.jacobian(x)
         self.hessian = E.mT @ self.inner.hessian @ E + torch.diag_embed(inputs.curvature(x, grad))
 
