@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 TORCH := torch==2.13.0
 
-.PHONY: install test test-slurm lint format docs demo example-data bench bench-peer gpu-check bench-train-time figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum table-chain real-data clean
+.PHONY: install test test-slurm lint format docs demo example-data bench bench-peer bench-step-ops gpu-check bench-train-time figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum table-chain real-data clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -95,6 +95,10 @@ gpu-check: install
 		$(PY) -m hnnsym.profile device=cuda 'profile.steps=[32,256]' profile.subprocess=false \
 			profile.torchdiffeq=false run_dir=outputs/profile/gpu_check; \
 	else echo "gpu-check: skipped, no CUDA device (torch.cuda.is_available() is False)"; fi
+
+# Top-level aten ops per step of the headline workload (outputs/bench/step_ops.csv)
+bench-step-ops: install
+	$(PY) benchmarks/step_ops.py
 
 # Training time of make table1's runs against 52db500 (before the training speed-ups) (outputs/bench/train_time)
 bench-train-time: install
