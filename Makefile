@@ -269,9 +269,10 @@ table-chain: install
 # steps, the last 9 s held out as test.
 # Then: the physical yardstick (benchmarks/real_physical_fit.py: a damped oscillator, coupled
 # damped oscillators, fitted on the training split), the models that apply trained and evaluated
-# into $(REAL_OUT)/<stem>/<model>/seed<k> (the oscillators: $(REAL_MODELS) with $(REAL_RECIPE),
-# the coupled ones with $(REAL_RECIPE2), seeds $(REAL_SEEDS); REAL_MODELS="dissipative_hnn hnn"
-# for both models; the positions-only double pendulums: $(REAL_DDLM), seed 0), and one table of
+# into $(REAL_OUT)/<stem>/<model>/seed<k> (the oscillators: $(REAL_MODELS) with
+# experiment=$(REAL_EXPERIMENT), the coupled ones with $(REAL_EXPERIMENT2), seeds $(REAL_SEEDS);
+# REAL_MODELS="dissipative_hnn hnn" for both models; the positions-only double pendulums:
+# experiment=recording_positions, seed 0), and one table of
 # the models against the baselines (no motion, constant velocity, linear) and the physical fit:
 # outputs/bench/real/real_table.{csv,md} (docs/guide/recordings.md, "Results on real recordings").
 # Wall time: about 5 min on 2 CPU cores (278 s measured, beside a test run), most of it the 6
@@ -283,20 +284,22 @@ IBM_UNITS := {time: s, x0: px, y0: px, x1: px, y1: px, x2: px, y2: px}
 REAL_OUT ?= outputs/real
 REAL_SEEDS ?= 0 1 2
 REAL_MODELS ?= dissipative_hnn
-# the recipe of the oscillator (benchmarks: docs/guide/recordings.md), and of the coupled ones
-REAL_RECIPE ?= experiment=recording
-REAL_RECIPE2 ?= train.batch_size=4 train.lr=0.01 train.epochs=300 train.window=6 \
-  train.val_window=12 train.plateau.patience=10 train.early_stop.patience=40
-# $(1): a recording's stem, $(2): its recipe: train and evaluate each model and seed
-define real_runs
-	for m in $(REAL_MODELS); do for k in $(REAL_SEEDS); do \
-	  args="system=measured data_file=data/measured/$(1).h5 model=$$m $(2) seed=$$k \
-	    run_dir=$(REAL_OUT)/$(1)/$$m/seed$$k"; \
-	  $(PY) -m hnnsym.train $$args train.overwrite=true train.progress=false || exit 1; \
-	  $(PY) -m hnnsym.evaluate $$args eval.figures=false || exit 1; done; done
-endef
+# the experiments (hnnsym/conf/experiment/recording*.yaml) of the oscillator, the coupled ones and
+# the positions-only double pendulums
+REAL_EXPERIMENT ?= recording
+REAL_EXPERIMENT2 ?= recording_coupled
 REAL_PEND := ibm_double_pendulum_run1 ibm_double_pendulum_run2
-REAL_DDLM ?= method=ddlm train.batch_size=8 train.epochs=100
+# $(1): a recording's stem, $(2): its experiment, $(3): models, $(4): seeds: one multirun each of
+# train and evaluate, the runs in $(REAL_OUT)/<stem>/<model>/seed<k>
+define real_runs
+	$(PY) -m hnnsym.train -m system=measured data_file=data/measured/$(1).h5 experiment=$(2) \
+	  model=$(call csv,$(3)) seed=$(call csv,$(4)) 'run_dir=$(REAL_OUT)/$(1)/$${model.name}/seed$${seed}' \
+	  train.overwrite=true train.progress=false
+	$(PY) -m hnnsym.evaluate -m system=measured data_file=data/measured/$(1).h5 experiment=$(2) \
+	  model=$(call csv,$(3)) seed=$(call csv,$(4)) 'run_dir=$(REAL_OUT)/$(1)/$${model.name}/seed$${seed}' \
+	  eval.figures=false
+
+endef
 real-data: install
 	$(PY) -m hnnsym.ingest ingest.source=$(REAL_DIR)/lipson_real_linear_h_1.txt \
 	  ingest.names=[trial,t,x,v] ingest.trial=trial ingest.positions=[x] ingest.velocities=[v] \
@@ -312,13 +315,9 @@ real-data: install
 	  'ingest.split={val: 0.15, test: {time: [36.0, 45.0]}}' ingest.overwrite=true || exit 1; done
 	$(PY) benchmarks/real_physical_fit.py data/measured/lipson_real_*.h5 \
 	  $(foreach f,$(REAL_PEND),data/measured/$(f).h5)
-	$(call real_runs,lipson_real_linear_h_1,$(REAL_RECIPE))
-	$(call real_runs,lipson_real_double_linear_h_1,$(REAL_RECIPE2))
-	for f in $(REAL_PEND); do \
-	  args="system=measured data_file=data/measured/$$f.h5 $(REAL_DDLM) seed=0 \
-	    run_dir=$(REAL_OUT)/$$f/potential/seed0"; \
-	  $(PY) -m hnnsym.train $$args train.overwrite=true train.progress=false || exit 1; \
-	  $(PY) -m hnnsym.evaluate $$args eval.figures=false || exit 1; done
+	$(call real_runs,lipson_real_linear_h_1,$(REAL_EXPERIMENT),$(REAL_MODELS),$(REAL_SEEDS))
+	$(call real_runs,lipson_real_double_linear_h_1,$(REAL_EXPERIMENT2),$(REAL_MODELS),$(REAL_SEEDS))
+	$(foreach f,$(REAL_PEND),$(call real_runs,$(f),recording_positions,potential,0))
 	$(PY) benchmarks/real_table.py --runs $(REAL_OUT)
 
 clean:
