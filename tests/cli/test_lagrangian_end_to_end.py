@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from stage_cli import assert_one_line_error, run_stage
 
 REAL = Path("/work/shared/data/real/lipson_real_linear_h_1.txt")

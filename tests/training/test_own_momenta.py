@@ -36,7 +36,9 @@ def windows(tau: int = 3, batch: int = 5, d: int = 2) -> torch.Tensor:
 
 
 def loss(**kw) -> WindowLoss:
-    return WindowLoss(**vars(LossContext(get_integrator("implicit_midpoint"), "backprop", 0.1)) | kw)
+    return WindowLoss(
+        **vars(LossContext(get_integrator("implicit_midpoint"), "backprop", 0.1)) | kw
+    )
 
 
 def test_window_starts_go_through_to_state_and_the_loss_is_in_q_qdot():
@@ -119,8 +121,9 @@ def test_recording_velocities_are_p_over_the_scaled_mass():
     assert isinstance(mapping, VelocityMap)
     # p̃ = m v a / c, q̃̇ = v τ / a  ->  q̃̇ = p̃ c τ / (m a²) = p̃ · 8 · 0.5 / (2 · 16)
     y = torch.tensor([[1.0, 3.0]], dtype=torch.float64)
-    torch.testing.assert_close(mapping.to_velocities(y), torch.tensor([[1.0, 3.0 / 8]],
-                                                                      dtype=torch.float64))
+    torch.testing.assert_close(
+        mapping.to_velocities(y), torch.tensor([[1.0, 3.0 / 8]], dtype=torch.float64)
+    )
 
 
 @pytest.mark.parametrize(
