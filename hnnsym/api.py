@@ -23,14 +23,17 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from hnnsym.checkpoints import run_checkpoint, trained_options
+from hnnsym.compatibility import momenta_problem
 from hnnsym.config.build import build_integrator, model_from_checkpoint
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.units import Units
+from hnnsym.data.velocities import velocity_map
 from hnnsym.errors import UserError
 from hnnsym.evaluation.measured import Predictor
 from hnnsym.evaluation.positions import prediction_scheme
 from hnnsym.ode.capabilities import has
 from hnnsym.physics.capabilities import ModelCapability
+from hnnsym.physics.systems import system_from_config
 
 
 @dataclass
@@ -98,7 +101,14 @@ def load_run(
         predictor = Predictor(model, obs_dt, None, 1, 100, scheme)
     else:
         integ = build_integrator(config["integrator"])
-        predictor = Predictor(model, obs_dt, integ, substeps)
+        velocities = None
+        if has(model, ModelCapability.OWN_MOMENTA):  # it observes (q, q̇): the file's q̇
+            system = system_from_config(payload["system"])
+            width = 2 * system.dim
+            if problem := momenta_problem(model, system, attrs, width, str(source)):
+                raise UserError(problem)
+            velocities = velocity_map(system, attrs)
+        predictor = Predictor(model, obs_dt, integ, substeps, velocities=velocities)
     if not math.isfinite(obs_dt) or obs_dt <= 0:
         raise UserError(f"{source}: obs_dt {obs_dt} is not a positive number")
     return Run(run_dir, model, units, obs_dt * units.time, predictor, payload)

@@ -4,11 +4,13 @@ turn a reason into a ``UserError`` line."""
 
 from __future__ import annotations
 
+from hnnsym.data.velocities import velocity_problem
 from hnnsym.ode.capabilities import has
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.physics.capabilities import ModelCapability
 from hnnsym.physics.constraints import is_constrained_model
 from hnnsym.physics.pendulums import CARTESIAN_SYSTEMS
+from hnnsym.physics.systems import System
 
 
 def data_problem(
@@ -69,4 +71,17 @@ def coordinates_problem(system: str, model: object) -> str | None:
             f"model {who} learns in Cartesian coordinates with constraints, but system={system} "
             f"is not one of {sorted(CARTESIAN_SYSTEMS)}; for angle coordinates use model=hnn"
         )
+    return None
+
+
+def momenta_problem(
+    model: object, system: System, attrs: dict, width: int, source: str
+) -> str | None:
+    """What is wrong (one sentence) with a model that has momenta of its own
+    (``ModelCapability.OWN_MOMENTA``: it observes (q, q̇)) on ``source``'s states, or None:
+    the file must give q̇ (``hnnsym.data.velocities``). None for any other model."""
+    if not has(model, ModelCapability.OWN_MOMENTA):
+        return None
+    if problem := velocity_problem(system, attrs, width, source):
+        return f"model {type(model).__name__}: {problem}"
     return None

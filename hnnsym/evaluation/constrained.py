@@ -42,7 +42,7 @@ from hnnsym.evaluation.metrics import (
     valid_prediction_time,
 )
 from hnnsym.evaluation.problem import Problem, Rolled
-from hnnsym.evaluation.rollout import rollout
+from hnnsym.evaluation.rollout import model_rollout
 from hnnsym.evaluation.summary import number, summary_text
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.solve import integrate
@@ -98,8 +98,9 @@ class ConstrainedPart:
             p.model, p.truth[0]
         )  # the model's own mass may differ from the data's
         integ = run_integrator(p)
-        result = rollout(p.model, start, p.obs_dt, p.steps, integ, substeps=p.substeps,
-                         segment=p.e.segment)  # fmt: skip
+        # a model with momenta of its own: through its states, back to the data's (q, p)
+        result = model_rollout(p.model, start, p.obs_dt, p.steps, integ, substeps=p.substeps,
+                               segment=p.e.segment, velocities=p.velocities)  # fmt: skip
         cart, truth_c = cartesian(p.system, p.truth)
         _, pred_c = cartesian(p.system, result.states)
         detail = {"result": result, "integrator": integ, "cart": cart, "truth_c": truth_c,

@@ -18,7 +18,7 @@ from hnnsym.evaluation import plots
 from hnnsym.evaluation.initial_states import fit_initial_states
 from hnnsym.evaluation.metrics import default_grid_points, grid_errors, rollout_metrics
 from hnnsym.evaluation.problem import Problem, Rolled
-from hnnsym.evaluation.rollout import rollout
+from hnnsym.evaluation.rollout import in_data_coordinates, model_rollout
 from hnnsym.evaluation.summary import number, summary_text
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.ode.integrators import Integrator
@@ -50,6 +50,11 @@ class HamiltonianPart:
         device, dtype = truth.device, truth.dtype
         integ = run_integrator(p)
         start, fitted = truth[0], {"rollout_init": e.init}
+        if e.init == "fitted" and p.velocities is not None:
+            raise UserError(
+                "eval.init=fitted fits starts in the model's own (q, p); a model with "
+                "momenta of its own starts from observed states (eval.init=observed)"
+            )
         if e.init != "first":
             k = 0 if e.init == "observed" else int(e.init_steps)
             observed = torch.as_tensor(p.data.splits["test"].observed[: truth.shape[1], : k + 1])
@@ -65,13 +70,13 @@ class HamiltonianPart:
                 "start_error": float((start - truth[0]).norm(dim=-1).mean()),
                 "start_error_observed": float((observed[0] - truth[0]).norm(dim=-1).mean()),
             }
-        result = rollout(p.model, start, p.obs_dt, p.steps, integ, substeps=p.substeps,
-                         segment=e.segment)  # fmt: skip
+        result = model_rollout(p.model, start, p.obs_dt, p.steps, integ, substeps=p.substeps,
+                               segment=e.segment, velocities=p.velocities)  # fmt: skip
         detail = {"result": result, "integrator": integ, "fitted": fitted}
-        return Rolled(truth, p.model, known_damping(p), detail)
+        return Rolled(truth, in_data_coordinates(p.model, p.velocities), known_damping(p), detail)
 
     def metrics(self, p: Problem, r: Rolled) -> tuple[dict, pd.DataFrame]:
-        e, system, model, truth = p.e, p.system, p.model, p.truth
+        e, system, model, truth = p.e, p.system, r.model, p.truth
         points = int(e.grid_points or default_grid_points(system.dim))
         grid = system.grid(points).to(truth.device, truth.dtype)
         if grid.shape[0] == 0:
@@ -90,6 +95,13 @@ class HamiltonianPart:
                 f"model {p.payload['model_config'].get('name')} learns a vector field without a "
                 "Hamiltonian: the H grid errors (h_l1, h_l1_raw, h_l1_rel) and energy_drift_pred "
                 "are null; vf_l1/vf_rel and the rollout metrics are defined"
+            )
+        if p.velocities is not None:
+            notes.append(
+                "the model has momenta of its own (p = M_θ(q) q̇): it is rolled out from "
+                "(q, q̇) of the data's states, and its states are compared in the data's (q, p) "
+                "(p = M(q) q̇ of the true system); H and the field on the grid are its own taken "
+                "through that map"
             )
         if p.reference == "observed":
             notes.append(
@@ -120,8 +132,8 @@ class HamiltonianPart:
         k = min(int(e.plot_trajectories), truth.shape[1])
         per = roll.per_trajectory
         figures = []
-        if has_hamiltonian(p.model):
-            plots.plot_hamiltonian_slice(system, p.model, r.detail["h_offset"],
+        if has_hamiltonian(r.model):
+            plots.plot_hamiltonian_slice(system, r.model, r.detail["h_offset"],
                                          p.out / "hamiltonian.png", e.slice_points, e.chunk,
                                          truth.device)  # fmt: skip
             figures.append("hamiltonian")

@@ -49,12 +49,13 @@ from torch import Tensor, nn
 from hnnsym.checkpoints import trained_options
 from hnnsym.config.build import build_integrator
 from hnnsym.data.units import Units
+from hnnsym.data.velocities import VelocityMap
 from hnnsym.errors import UserError
 from hnnsym.evaluation import horizons, plots
 from hnnsym.evaluation.metrics import energies, rollout_metrics
 from hnnsym.evaluation.positions import prediction_scheme, rollout_positions
 from hnnsym.evaluation.problem import Problem, Rolled
-from hnnsym.evaluation.rollout import RolloutResult, rollout
+from hnnsym.evaluation.rollout import RolloutResult, in_data_coordinates, model_rollout
 from hnnsym.evaluation.summary import number, summary_text
 from hnnsym.ode.capabilities import has
 from hnnsym.ode.dynamics import has_hamiltonian
@@ -97,6 +98,7 @@ class Predictor:
     substeps: int = 1
     segment: int = 100
     scheme: tuple[str, float | None, int] = ("eq12", None, 30)
+    velocities: VelocityMap | None = None  # a model with momenta of its own: the file's q̇
 
     @property
     def given(self) -> int:
@@ -111,14 +113,16 @@ class Predictor:
             roll = rollout_positions(self.model, given[0], given[1], self.obs_dt, steps + 1,
                                      scheme, tol, max_iter)  # fmt: skip
             return roll.positions[2:], roll.fail_reason
-        result = rollout(self.model, given[0], self.obs_dt, steps, self.integrator,
-                         substeps=self.substeps, segment=self.segment)  # fmt: skip
+        result = model_rollout(self.model, given[0], self.obs_dt, steps, self.integrator,
+                               substeps=self.substeps, segment=self.segment,
+                               velocities=self.velocities)  # fmt: skip
         return result.states[1:], result.fail_reason
 
 
 def predictor_from_config(
-    cfg: DictConfig, model: nn.Module, obs_dt: float, substeps: int
-) -> Predictor:
+    cfg: DictConfig, model: nn.Module, obs_dt: float, substeps: int,
+    velocities: VelocityMap | None = None,
+) -> Predictor:  # fmt: skip
     integ = None
     if not has(model, POSITION_ONLY):
         try:
@@ -126,7 +130,7 @@ def predictor_from_config(
         except ValueError as err:
             raise UserError(str(err)) from err
     scheme = prediction_scheme(cfg) if has(model, POSITION_ONLY) else ("eq12", None, 30)
-    return Predictor(model, obs_dt, integ, substeps, int(cfg.eval.segment), scheme)
+    return Predictor(model, obs_dt, integ, substeps, int(cfg.eval.segment), scheme, velocities)
 
 
 def axis_labels(units: Units, dim: int) -> tuple[list[str], str]:
@@ -291,7 +295,7 @@ class MeasuredPart:
         e, truth, d = p.e, p.truth, p.system.dim
         units = Units.from_attrs(p.data.attrs, d)
         periodic = list(units.periodic)
-        predictor = predictor_from_config(p.cfg, p.model, p.obs_dt, p.substeps)
+        predictor = predictor_from_config(p.cfg, p.model, p.obs_dt, p.substeps, p.velocities)
         g = predictor.given
         if truth.shape[0] < g + 1:
             raise UserError(f"the test trajectories need at least {g} steps to predict from {g} "
@@ -362,7 +366,9 @@ class MeasuredPart:
 
         learned = None
         energy_model = (
-            RecordingEnergy(p.model, units) if g == 1 and has_hamiltonian(p.model) else None
+            RecordingEnergy(in_data_coordinates(p.model, p.velocities), units)
+            if g == 1 and has_hamiltonian(p.model)
+            else None
         )
         e_pred = torch.full(pred.shape[:2], math.nan, dtype=pred.dtype)
         if energy_model is not None:

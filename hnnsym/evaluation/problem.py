@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from hnnsym.data.hdf5 import Dataset
+from hnnsym.data.velocities import VelocityMap
 from hnnsym.ode.capabilities import has
 from hnnsym.physics.capabilities import ModelCapability
 from hnnsym.physics.pendulums import CONSTRAINED_SYSTEMS
@@ -63,6 +64,8 @@ class Problem:
     steps: int
     substeps: int
     reference: Literal["clean", "observed"]
+    # what q̇ is for the file's states, for a model with momenta of its own (else None)
+    velocities: VelocityMap | None = None
 
     @property
     def e(self) -> DictConfig:

@@ -9,11 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from hnnsym.data.velocities import VelocityMap
 from hnnsym.errors import ConvergenceError
+from hnnsym.ode.capabilities import Capability, has
 from hnnsym.ode.integrators import Integrator, get_integrator
 from hnnsym.ode.solve import integrate
+from hnnsym.physics.capabilities import ModelCapability
 
 Hamiltonian = Callable[[Tensor], Tensor]
 
@@ -117,3 +120,73 @@ def _segment(
             return torch.cat([first, second[1:]]), why
         failed = torch.full((1, *y.shape), math.nan, dtype=y.dtype, device=y.device)
         return torch.cat([y[None], failed]), {0: reason}
+
+
+class InDataCoordinates(nn.Module):
+    """A model with momenta of its own (``ModelCapability.OWN_MOMENTA``) seen in a data file's
+    (q, p) coordinates through its ``VelocityMap`` v (``hnnsym.data.velocities``): a data state y
+    is the model state s(y) = to_state(v.to_velocities(y)); H(y) = H_θ(s(y)) (the same energy,
+    the map keeps (q, q̇)); the field ẏ = ∂y/∂s · f_θ(s) (a Jacobian-vector product of the map
+    back); the damping matrix the model's (it reads q only)."""
+
+    def __init__(self, model: nn.Module, velocities: VelocityMap):
+        super().__init__()
+        self.model, self.velocities = model, velocities
+        self.capabilities = frozenset(
+            {Capability.HAMILTONIAN, Capability.OWN_FIELD}
+            | ({ModelCapability.DAMPING} & set(model.capabilities))
+        )
+
+    def state(self, y: Tensor) -> Tensor:
+        x = self.velocities.to_velocities(y)
+        d = x.shape[-1] // 2
+        return self.model.to_state(x[..., :d], x[..., d:])
+
+    def observation(self, s: Tensor) -> Tensor:
+        return self.velocities.to_momenta(torch.cat(self.model.to_observation(s), -1))
+
+    def forward(self, y: Tensor) -> Tensor:
+        return self.model(self.state(y))
+
+    def damping_matrix(self, y: Tensor) -> Tensor:
+        return self.model.damping_matrix(y)
+
+    def vector_field(self, y: Tensor) -> Tensor:
+        with torch.enable_grad():
+            s = self.state(y).detach().requires_grad_(True)
+            ds = self.model.vector_field(s).detach()
+            _, dy = torch.autograd.functional.jvp(self.observation, s, ds)
+        return dy
+
+    def rollout(self, y0: Tensor, dt: float, steps: int, integrator: str | Integrator, *,
+                substeps: int = 1, segment: int = 100) -> RolloutResult:  # fmt: skip
+        """``rollout`` of the model in its own states from s(y0), mapped back to (q, p)."""
+        with torch.no_grad():
+            result = rollout(self.model, self.state(y0), dt, steps, integrator,
+                             substeps=substeps, segment=segment)  # fmt: skip
+            states = torch.full_like(result.states, math.nan)
+            ok = torch.isfinite(result.states).all(-1)
+            states[ok] = self.observation(result.states[ok])
+        result.states = states
+        return result
+
+
+def model_rollout(
+    model: nn.Module, y0: Tensor, dt: float, steps: int, integrator: str | Integrator, *,
+    velocities: VelocityMap | None = None, substeps: int = 1, segment: int = 100,
+) -> RolloutResult:  # fmt: skip
+    """``rollout`` of ``model`` from data states y0; a model with momenta of its own goes
+    through its own states (``InDataCoordinates.rollout``, ``velocities`` the file's map)."""
+    if velocities is not None and has(model, ModelCapability.OWN_MOMENTA):
+        return InDataCoordinates(model, velocities).rollout(
+            y0, dt, steps, integrator, substeps=substeps, segment=segment
+        )
+    return rollout(model, y0, dt, steps, integrator, substeps=substeps, segment=segment)
+
+
+def in_data_coordinates(model: nn.Module, velocities: VelocityMap | None) -> nn.Module:
+    """The model as a function of the data's states (``InDataCoordinates`` where it has momenta
+    of its own), for energies and fields on data states."""
+    if velocities is not None and has(model, ModelCapability.OWN_MOMENTA):
+        return InDataCoordinates(model, velocities)
+    return model

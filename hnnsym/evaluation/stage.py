@@ -26,11 +26,12 @@ from torch import nn
 
 from hnnsym.artifacts import now_utc, sha256, versions, write_text
 from hnnsym.checkpoints import run_checkpoint, trained_options
-from hnnsym.compatibility import coordinates_problem, data_problem
+from hnnsym.compatibility import coordinates_problem, data_problem, momenta_problem
 from hnnsym.config.build import model_from_checkpoint, model_spec, same_model
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import Dataset, made_by_generate, read_dataset
+from hnnsym.data.velocities import check_quadratic, velocity_map
 from hnnsym.errors import UserError
 from hnnsym.evaluation.extras import extras
 from hnnsym.evaluation.output import (
@@ -141,8 +142,16 @@ def build_problem(
     t = torch.as_tensor(test.t[: steps + 1]).to(device, dtype)
     substeps = int(e.substeps or trained_options(payload).get("substeps") or 1)
     obs_dt = float(data.attrs["obs_dt"])  # checked by read_dataset
+    velocities = None
+    if has(model, ModelCapability.OWN_MOMENTA):
+        if problem := momenta_problem(model, system, data.attrs, states.shape[-1], str(data_file)):
+            raise UserError(problem)
+        velocities = velocity_map(system, data.attrs)
+        sample = truth.reshape(-1, truth.shape[-1])[:256].to(torch.float64)
+        if problem := check_quadratic(velocities, system, sample, str(data_file)):
+            raise UserError(f"model {type(model).__name__}: {problem}")
     return Problem(cfg, out, model, system, data, payload, truth, t, obs_dt, steps, substeps,
-                   reference)  # fmt: skip
+                   reference, velocities)  # fmt: skip
 
 
 def check_init(p: Problem, starts: bool) -> None:

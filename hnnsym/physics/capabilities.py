@@ -13,12 +13,16 @@ class ModelCapability(StrEnum):
     DAMPING = "damping"  # damping_matrix(y) -> D (2d, 2d) or (B, 2d, 2d), PSD: ẏ = (J⁻¹ − D)∇H
     POSITION_ONLY = "position_only"  # learns from positions alone (observes q, not (q, p))
     MASSES = "masses"  # masses() -> learned body masses (N,)
+    # momenta of its own (p = M_θ(q) q̇): observes (q, q̇), mapped by to_state(q, q̇) -> y and
+    # to_observation(y) -> (q, q̇) (hnnsym.data.velocities gives a data file's q̇)
+    OWN_MOMENTA = "own_momenta"
 
 
 MODEL_REQUIRES: dict[str, tuple[str, ...]] = {
     ModelCapability.DAMPING: ("damping_matrix",),
     ModelCapability.POSITION_ONLY: (),
     ModelCapability.MASSES: ("masses",),
+    ModelCapability.OWN_MOMENTA: ("to_state", "to_observation"),
 }
 
 

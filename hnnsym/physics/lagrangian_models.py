@@ -44,7 +44,12 @@ class LagrangianModel(nn.Module):
     states (q, p), p = M_θ(q) q̇."""
 
     capabilities = frozenset(
-        {Capability.HAMILTONIAN, Capability.OWN_FIELD, ModelCapability.DAMPING}
+        {
+            Capability.HAMILTONIAN,
+            Capability.OWN_FIELD,
+            ModelCapability.DAMPING,
+            ModelCapability.OWN_MOMENTA,
+        }
     )
 
     def __init__(

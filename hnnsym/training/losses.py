@@ -67,6 +67,7 @@ from torch import Tensor, nn
 
 from hnnsym.config.build import instantiate
 from hnnsym.errors import UserError
+from hnnsym.ode.capabilities import has
 from hnnsym.ode.discrete_gradient_formulas import discrete_gradient
 from hnnsym.ode.dynamics import vector_field
 from hnnsym.ode.gradients import GradientMethod
@@ -75,6 +76,7 @@ from hnnsym.ode.lagrangian import EXPLICIT, explicit_step
 from hnnsym.ode.problem import SolverStats
 from hnnsym.ode.running import StepLoss
 from hnnsym.ode.solve import solve, solve_loss
+from hnnsym.physics.capabilities import ModelCapability
 from hnnsym.physics.constraints import onto_manifold
 
 INITS = ("observed", "smoothed", "learned")
@@ -163,13 +165,24 @@ class WindowLoss(Loss, LossContext):
     ) -> tuple[Tensor, SolverStats]:
         """The predicted states at the observation times, (τ+1, B, 2d), from y0 (B, 2d), and the
         solver statistics. A constrained model (``position_constraints``, ``mass_matrix``) starts
-        from y0 projected onto its manifold (``hnnsym.physics.constraints.onto_manifold``)."""
+        from y0 projected onto its manifold (``hnnsym.physics.constraints.onto_manifold``). A
+        model with momenta of its own (``ModelCapability.OWN_MOMENTA``) observes (q, q̇): y0 and
+        the windows are observations, the start is ``to_state(q₀, q̇₀)`` and its states are
+        mapped back by ``to_observation``, so the loss compares (q, q̇)."""
         tau = windows.shape[0] - 1
-        y0, guess = self._start(model, y0, windows)
+        own = has(model, ModelCapability.OWN_MOMENTA)
+        if own:
+            d = y0.shape[-1] // 2
+            y0, guess = model.to_state(y0[..., :d], y0[..., d:]), None
+        else:
+            y0, guess = self._start(model, y0, windows)
         solution = solve(
             model, y0, self.h, tau * self.substeps, self.integrator, gradient, guess=guess
         )
-        return solution.ys[:: self.substeps], solution.stats
+        ys = solution.ys[:: self.substeps]
+        if own:
+            ys = torch.cat(model.to_observation(ys), -1)
+        return ys, solution.stats
 
     def _start(self, model: nn.Module, y0: Tensor, windows: Tensor) -> tuple[Tensor, Tensor | None]:
         """The rollout's start (on a constrained model's manifold) and stage-solver guess (the
@@ -205,6 +218,11 @@ class WindowLoss(Loss, LossContext):
             y0 = self.smoothed_start(model, windows)
         else:
             y0 = windows[0]
+        if self.fused and has(model, ModelCapability.OWN_MOMENTA):
+            raise UserError(
+                "method.loss.fused=true compares the solver's own states, but a model with "
+                "momenta of its own is compared in (q, q̇); leave fused at false"
+            )
         if self.fused:
             value, last, stats = self.fused_value(model, y0, windows, first)
         else:

@@ -26,7 +26,7 @@ from hnnsym.checkpoints import (
     provenance,
     resume_from,
 )
-from hnnsym.compatibility import coordinates_problem, data_problem
+from hnnsym.compatibility import coordinates_problem, data_problem, momenta_problem
 from hnnsym.config.build import (
     build_gradient,
     build_integrator,
@@ -38,8 +38,11 @@ from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.units import Units
+from hnnsym.data.velocities import check_quadratic, velocity_map
 from hnnsym.data.windows import random_windows
 from hnnsym.errors import UserError
+from hnnsym.ode.capabilities import has
+from hnnsym.physics.capabilities import ModelCapability
 from hnnsym.physics.pendulums import CONSTRAINED_SYSTEMS
 from hnnsym.physics.systems import MEASURED, system_from_config
 from hnnsym.training.losses import LearnedStarts, LossContext, build_run_loss
@@ -137,7 +140,8 @@ def train(cfg: DictConfig) -> TrainResult:
             resume = "auto"
         checkpoint = resume_from(run_dir, resume, t.overwrite)
         trainer = build_trainer(cfg, run_dir, trajectories, val, obs_dt, system.dim, data_file,
-                                {"name": system.name, "params": dict(system.params)})  # fmt: skip
+                                {"name": system.name, "params": dict(system.params)},
+                                data.attrs)  # fmt: skip
         if checkpoint is not None:
             trainer.restore(load_checkpoint(checkpoint), checkpoint)
             print(f"resuming {run_dir} from epoch {trainer.state.epoch}")
@@ -179,6 +183,23 @@ def near_zero(observed: np.ndarray, angles: list[int]) -> np.ndarray:
     return out
 
 
+def observed_velocities(
+    model: torch.nn.Module, system: dict, attrs: dict, data_file: Path, *states: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """The file's (q, p) states (N, T+1, 2d) as the (q, q̇) a model with momenta of its own
+    observes (``hnnsym.data.velocities``); UserError where the file gives no q̇."""
+    known = system_from_config(system)
+    width = states[0].shape[-1]
+    if problem := momenta_problem(model, known, attrs, width, str(data_file)):
+        raise UserError(problem)
+    mapping = velocity_map(known, attrs)
+    sample = states[0].reshape(-1, width)[:256].to(torch.float64)
+    if problem := check_quadratic(mapping, known, sample, str(data_file)):
+        raise UserError(f"model {type(model).__name__}: {problem}")
+    with torch.no_grad():
+        return tuple(mapping.to_velocities(s.to(torch.float64)).to(s.dtype) for s in states)
+
+
 def build_trainer(
     cfg: DictConfig,
     run_dir: Path,
@@ -188,12 +209,17 @@ def build_trainer(
     dim: int,
     data_file: Path,
     system: dict,
+    attrs: dict | None = None,
 ) -> Trainer:
     """The Trainer of this run: model, loss, optimizer and scheduler from their ``_target_``
-    configs, the seeded generators, fixed validation windows, and the provenance."""
+    configs, the seeded generators, fixed validation windows, and the provenance. ``attrs``: the
+    data file's attributes (what q̇ is, for a model with momenta of its own)."""
     t = cfg.train
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, dim).to(device=trajectories.device, dtype=trajectories.dtype)
+    if has(model, ModelCapability.OWN_MOMENTA):
+        trajectories, val = observed_velocities(model, system, attrs or {}, data_file,
+                                                trajectories, val)  # fmt: skip
     generator = torch.Generator().manual_seed(cfg.seed)
     val_generator = torch.Generator().manual_seed(cfg.seed + 1_000_003)
     val_window = t.window if t.val_window is None else t.val_window
