@@ -9,7 +9,7 @@ or the 3-D coupled pendulum, s = 3). They differ in how the constraints enter
 (``_CartesianBodies`` holds what they share):
 
 ``CHNN``: H_θ(x, p) = ½ pᵀM_θ⁻¹p + V_θ(x); ``vector_field`` is the projected field
-ż = P(z) J∇H_θ of ``hnnsym.physics.constrained`` (Ψ = [Φ, Φ̇], Φ̇ = DΦ M_θ⁻¹ p with the learned
+ż = P(z) J∇H_θ of ``hnnsym.physics.constraints`` (Ψ = [Φ, Φ̇], Φ̇ = DΦ M_θ⁻¹ p with the learned
 mass).
 
 ``CLNN``: L_θ(x, ẋ) = ½ ẋᵀM_θẋ − V_θ(x) with Lagrange multipliers: M_θ ẍ = −∇V_θ − DΦᵀλ, λ from
