@@ -92,7 +92,8 @@ def load_run(
     model.requires_grad_(False)
     config = payload.get("config") or {}
     source = Path(data_file or payload["data_file"])
-    attrs = read_dataset(source, dim=int(payload["dim"]), splits=("test",)).attrs
+    data = read_dataset(source, dim=int(payload["dim"]), splits=("test",))
+    attrs = data.attrs
     units = Units.from_attrs(attrs, int(payload["dim"]))
     obs_dt = float(attrs["obs_dt"])
     substeps = int(trained_options(payload).get("substeps") or 1)
@@ -104,8 +105,8 @@ def load_run(
         velocities = None
         if has(model, ModelCapability.OWN_MOMENTA):  # it observes (q, q̇): the file's q̇
             system = system_from_config(payload["system"])
-            width = 2 * system.dim
-            if problem := momenta_problem(model, system, attrs, width, str(source)):
+            states = data.splits["test"].observed
+            if problem := momenta_problem(model, system, attrs, states, str(source)):
                 raise UserError(problem)
             velocities = velocity_map(system, attrs)
         predictor = Predictor(model, obs_dt, integ, substeps, velocities=velocities)

@@ -4,7 +4,11 @@ turn a reason into a ``UserError`` line."""
 
 from __future__ import annotations
 
-from hnnsym.data.velocities import velocity_problem
+import numpy as np
+import torch
+from torch import Tensor
+
+from hnnsym.data.velocities import check_quadratic, velocity_map, velocity_problem
 from hnnsym.ode.capabilities import has
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.physics.capabilities import ModelCapability
@@ -75,13 +79,18 @@ def coordinates_problem(system: str, model: object) -> str | None:
 
 
 def momenta_problem(
-    model: object, system: System, attrs: dict, width: int, source: str
+    model: object, system: System, attrs: dict, states: Tensor | np.ndarray, source: str
 ) -> str | None:
     """What is wrong (one sentence) with a model that has momenta of its own
-    (``ModelCapability.OWN_MOMENTA``: it observes (q, q̇)) on ``source``'s states, or None:
-    the file must give q̇ (``hnnsym.data.velocities``). None for any other model."""
+    (``ModelCapability.OWN_MOMENTA``: it observes (q, q̇)) on ``source``'s states (..., 2d), or
+    None: the file must give q̇, and q̇ must be linear in p at (up to 256 of) the states
+    (``hnnsym.data.velocities``). None for any other model."""
     if not has(model, ModelCapability.OWN_MOMENTA):
         return None
-    if problem := velocity_problem(system, attrs, width, source):
-        return f"model {type(model).__name__}: {problem}"
-    return None
+    states = torch.as_tensor(states)
+    width = states.shape[-1]
+    problem = velocity_problem(system, attrs, width, source)
+    if problem is None:
+        sample = states.reshape(-1, width)[:256].to(torch.float64)
+        problem = check_quadratic(velocity_map(system, attrs), system, sample, source)
+    return f"model {type(model).__name__}: {problem}" if problem else None

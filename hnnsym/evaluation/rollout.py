@@ -177,10 +177,9 @@ def model_rollout(
 ) -> RolloutResult:  # fmt: skip
     """``rollout`` of ``model`` from data states y0; a model with momenta of its own goes
     through its own states (``InDataCoordinates.rollout``, ``velocities`` the file's map)."""
-    if velocities is not None and has(model, ModelCapability.OWN_MOMENTA):
-        return InDataCoordinates(model, velocities).rollout(
-            y0, dt, steps, integrator, substeps=substeps, segment=segment
-        )
+    seen = in_data_coordinates(model, velocities)
+    if isinstance(seen, InDataCoordinates):
+        return seen.rollout(y0, dt, steps, integrator, substeps=substeps, segment=segment)
     return rollout(model, y0, dt, steps, integrator, substeps=substeps, segment=segment)
 
 

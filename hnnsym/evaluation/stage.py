@@ -31,7 +31,7 @@ from hnnsym.config.build import model_from_checkpoint, model_spec, same_model
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import Dataset, made_by_generate, read_dataset
-from hnnsym.data.velocities import check_quadratic, velocity_map
+from hnnsym.data.velocities import velocity_map
 from hnnsym.errors import UserError
 from hnnsym.evaluation.extras import extras
 from hnnsym.evaluation.output import (
@@ -144,12 +144,9 @@ def build_problem(
     obs_dt = float(data.attrs["obs_dt"])  # checked by read_dataset
     velocities = None
     if has(model, ModelCapability.OWN_MOMENTA):
-        if problem := momenta_problem(model, system, data.attrs, states.shape[-1], str(data_file)):
+        if problem := momenta_problem(model, system, data.attrs, truth, str(data_file)):
             raise UserError(problem)
         velocities = velocity_map(system, data.attrs)
-        sample = truth.reshape(-1, truth.shape[-1])[:256].to(torch.float64)
-        if problem := check_quadratic(velocities, system, sample, str(data_file)):
-            raise UserError(f"model {type(model).__name__}: {problem}")
     return Problem(cfg, out, model, system, data, payload, truth, t, obs_dt, steps, substeps,
                    reference, velocities)  # fmt: skip
 

@@ -135,6 +135,7 @@ def test_recording_velocities_are_p_over_the_scaled_mass():
     ],
 )
 def test_recordings_without_velocities_are_refused_in_one_sentence(attrs, width, fragment):
-    problem = momenta_problem(LagrangianModel(1), measured(1), attrs, width, "r.h5")
+    states = torch.zeros(3, width, dtype=torch.float64)
+    problem = momenta_problem(LagrangianModel(1), measured(1), attrs, states, "r.h5")
     assert problem is not None and fragment in problem and "\n" not in problem
-    assert momenta_problem(HNN(1), measured(1), attrs, width, "r.h5") is None
+    assert momenta_problem(HNN(1), measured(1), attrs, states, "r.h5") is None
