@@ -45,6 +45,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from hnnsym.artifacts import creatable_dir, sha256
+from hnnsym.data.chains import Chain, chain_mapping
 from hnnsym.data.hdf5 import SPLITS, Split, write_dataset
 from hnnsym.data.readers import read_table
 from hnnsym.data.scaling import choose_units
@@ -169,6 +170,7 @@ def options_from_config(i: DictConfig) -> Options:
         steps=i.steps, test_steps=i.test_steps, max_segment=i.max_segment,
         val=plain(i.split.val), test=plain(i.split.test), seed=int(i.seed),
         every=int(i.get("every", 1)), scale=plain(i.get("scale", "auto")),
+        smoothing_window=int(i.smoothing.window), smoothing_order=int(i.smoothing.order),
     )  # fmt: skip
 
 
@@ -246,6 +248,18 @@ def describe_units(u: Units, m: Mapping, obs_dt: float) -> str:
             f"{obs_dt:g}; angles (periodic, unscaled): {', '.join(angles) or 'none'}")  # fmt: skip
 
 
+def describe_chain(c: Chain) -> str:
+    """The chain as read: links, lengths, the origin and how far the fixed point's track is."""
+    links = ", ".join(
+        f"{a}-{b} {length:.4g} (spread {s:.2%})"
+        for a, b, length, s in zip(c.points[:-1], c.points[1:], c.lengths, c.spreads)
+    )
+    gap = float(np.hypot(*(np.asarray(c.origin) - np.asarray(c.fixed_mean))))
+    return (f"chain {' -> '.join(c.points)}: links {links}; origin {c.origin[0]:.5g}, "
+            f"{c.origin[1]:.5g} (centre of {c.points[1]}'s circle; {c.points[0]}'s mean track is "
+            f"{gap:.3g} from it)")  # fmt: skip
+
+
 def output_path(cfg: DictConfig) -> Path:
     """``data_file``, or ``${data_dir}/measured/<ingest.name or the source's stem>.h5``."""
     if cfg.get("data_file"):
@@ -271,6 +285,14 @@ def ingest(cfg: DictConfig) -> Path:
         cfg.memory_limit, None if i.comment is None else str(i.comment), int(i.skip_rows),
     )  # fmt: skip
     log.info("read %s: %d rows, columns %s", source, len(table), list(table.columns))
+    chain = None
+    if i.points is not None or i.chain is not None:
+        if i.points is None:
+            raise UserError(
+                "ingest.chain needs the tracked points: ingest.points={name: [x, y], ...}"
+            )
+        table, mapping, chain = chain_mapping(table, mapping, i.points, i.chain, str(i.coordinates))
+        log.info("%s", describe_chain(chain))
     unit_of = _unit_labels(i.get("units"), list(table.columns), mapping)
     log.info("%s", first_row(table, mapping, unit_of))
     result = ingest_table(table, mapping, options_from_config(i), source, unit_of)
@@ -311,6 +333,10 @@ def ingest(cfg: DictConfig) -> Path:
         "units": u.as_attr(),
         "ingest_config": OmegaConf.to_yaml(cfg.ingest, resolve=True),
     }  # fmt: skip
+    if chain is not None:
+        attrs["chain"] = chain.as_attr(
+            str(i.coordinates), unit_of.get(chain.columns[chain.points[0]][0])
+        )
     for message in n["warnings"]:
         warn(message)
     write_dataset(out, result.splits, attrs, overwrite=bool(i.overwrite))

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.signal import savgol_filter
 
-from hnnsym.data.settings import FINITE_DIFFERENCE, Mapping, Options
+from hnnsym.data.settings import FINITE_DIFFERENCE, SMOOTHING, Mapping, Options
 from hnnsym.errors import DataError, UserError
 
 
@@ -166,15 +167,32 @@ def segments_of(table: pd.DataFrame, m: Mapping, o: Options) -> tuple[list[Segme
                 if v is not None:
                     v = np.stack([np.interp(grid, tp, v[:, j]) for j in range(m.dim)], 1)
                 notes["resampled"] += 1
-            if m.velocities == FINITE_DIFFERENCE:
-                if q.shape[0] < 3:
+            if m.velocities in (FINITE_DIFFERENCE, SMOOTHING):
+                v = estimated_velocities(q, obs_dt, m.velocities, o)
+                if v is None:
                     notes["short"] += 1
                     continue
-                v = np.gradient(q, obs_dt, axis=0, edge_order=2) * np.broadcast_to(
-                    np.asarray(o.mass, dtype=np.float64), (m.dim,))  # fmt: skip
+                v = v * np.broadcast_to(np.asarray(o.mass, dtype=np.float64), (m.dim,))
             states = q if v is None else np.concatenate([q, v], 1)
             segments.append(Segment(trial, int(r[0]), int(r[-1]), float(tp[0]), states))
     return segments, obs_dt, notes
+
+
+def estimated_velocities(q: np.ndarray, dt: float, how: str, o: Options) -> np.ndarray | None:
+    """dq/dt (n, d) of uniformly spaced positions q (n, d), or None for a segment too short.
+
+    ``finite_difference``: central differences (one-sided, second order, at the ends).
+    ``smoothing``: the derivative of a Savitzky–Golay fit (the local least-squares polynomial of
+    degree ``smoothing_order`` over a window spanning ``smoothing_window`` frames after
+    subsampling, i.e. (window − 1) · ``every`` + 1 frames here; at the ends the fit to the
+    first / last window; ``scipy.signal.savgol_filter``). For a polynomial of that degree it is
+    exact; the noise it passes on from q falls as window^(−3/2)."""
+    if how == FINITE_DIFFERENCE:
+        return np.gradient(q, dt, axis=0, edge_order=2) if q.shape[0] >= 3 else None
+    window = (o.smoothing_window - 1) * o.every + 1
+    if q.shape[0] < window:
+        return None
+    return savgol_filter(q, window, o.smoothing_order, deriv=1, delta=dt, axis=0, mode="interp")
 
 
 def limit_segments(

@@ -15,11 +15,14 @@ from omegaconf import DictConfig, OmegaConf
 from hnnsym.errors import UserError
 
 FINITE_DIFFERENCE = "finite_difference"
+SMOOTHING = "smoothing"
+DERIVED = (FINITE_DIFFERENCE, SMOOTHING)  # velocities estimated from the positions
 
 
 @dataclass
 class Mapping:
-    """Which columns hold what. ``velocities`` is a list of columns or ``finite_difference``."""
+    """Which columns hold what. ``velocities`` is a list of columns, or how to estimate them from
+    the positions (``DERIVED``: ``finite_difference``, ``smoothing``)."""
 
     time: str | None
     trial: str | None
@@ -50,8 +53,8 @@ class Mapping:
             raise UserError("ingest.positions must name at least one position column")
         if self.momenta and self.velocities:
             raise UserError("give ingest.momenta or ingest.velocities, not both")
-        if isinstance(self.velocities, str) and self.velocities != FINITE_DIFFERENCE:
-            raise UserError(f"ingest.velocities must be a list of columns or {FINITE_DIFFERENCE}, "
+        if isinstance(self.velocities, str) and self.velocities not in DERIVED:
+            raise UserError(f"ingest.velocities must be a list of columns, {' or '.join(DERIVED)}; "
                             f"got {self.velocities!r}")  # fmt: skip
         for key, cols in (("momenta", self.momenta), ("velocities", self.velocities)):
             if isinstance(cols, list) and len(cols) != self.dim:
@@ -81,9 +84,7 @@ def column_names(value: Any) -> list[str] | None:
 
 def mapping_from_config(i: DictConfig) -> Mapping:
     velocities = i.velocities
-    if velocities is not None and not (
-        isinstance(velocities, str) and velocities == FINITE_DIFFERENCE
-    ):
+    if velocities is not None and not (isinstance(velocities, str) and velocities in DERIVED):
         velocities = column_names(velocities)
     return Mapping(
         time=None if i.time is None else str(i.time),
@@ -171,6 +172,8 @@ class Options:
     seed: int = 0
     every: int = 1
     scale: Any = "none"
+    smoothing_window: int = 7  # frames after ``every``
+    smoothing_order: int = 3
 
     def check(self) -> None:
         problems = {
@@ -185,6 +188,9 @@ class Options:
             "dt": self.dt is None or self.dt > 0,
             "mass": all(m > 0 for m in np.atleast_1d(self.mass)),
             "every": isinstance(self.every, int) and self.every >= 1,
+            "smoothing.window": self.smoothing_window % 2 == 1
+            and self.smoothing_window > self.smoothing_order,
+            "smoothing.order": 1 <= self.smoothing_order <= 5,
         }  # fmt: skip
         rules = {
             "gap_tolerance": "> 0", "jitter": ">= 0 and < ingest.gap_tolerance",
@@ -192,10 +198,13 @@ class Options:
             "min_segment": ">= 1", "steps": ">= 1 or null", "test_steps": ">= 1 or null",
             "max_segment": ">= 1 or null", "dt": "> 0 or null", "mass": "> 0",
             "every": "an integer >= 1",
+            "smoothing.window": "odd and > ingest.smoothing.order",
+            "smoothing.order": "in 1..5",
         }  # fmt: skip
         for key, ok in problems.items():
             if not ok:
-                raise UserError(f"ingest.{key} must be {rules[key]}, got {getattr(self, key)}")
+                value = getattr(self, key.replace(".", "_"))
+                raise UserError(f"ingest.{key} must be {rules[key]}, got {value}")
         val, test = split_rule("val", self.val), split_rule("test", self.test)
         if isinstance(val, float) and isinstance(test, float) and val + test >= 1:
             raise UserError(f"ingest.split: fractions val + test must be < 1, got {val}, {test}")

@@ -5,11 +5,11 @@ with momenta of their own (``ModelCapability.OWN_MOMENTA``), which observe (q, q
   p (kinetic energy ½ pᵀ M⁻¹(q) p, every mechanical system here, angle chains included) the
   column j of M⁻¹(q) is ∂H/∂p(q, e_j) − ∂H/∂p(q, 0), and p = M(q) q̇ maps back.
   ``velocity_problem`` refuses an H that is not of that form at the file's states.
-- A recording (system ``measured``) ingested from velocity columns: ingest stored
-  p̃ = p/b with p = m·v (``ingest.mass``), so in the stored units q̃̇ = dq̃/dt̃ = p̃ / m̃ with
+- A recording (system ``measured``) ingested with velocities (columns, or estimated from the
+  positions: ``finite_difference``, ``smoothing``): ingest stored p̃ = p/b with p = m·v
+  (``ingest.mass``), so in the stored units q̃̇ = dq̃/dt̃ = p̃ / m̃ with
   m̃_i = m_i a_i² / (action · time) (``hnnsym.data.units.Units``). Recordings of momenta
-  (``ingest.momenta``: no mass known), finite-difference velocities or positions only have no
-  q̇ here, and are refused.
+  (``ingest.momenta``: no mass known) or positions only have no q̇ here, and are refused.
 """
 
 from __future__ import annotations
@@ -69,9 +69,9 @@ def system_inverse_mass(system: System) -> InverseMass:
 
 def recording_mass(attrs: dict, dim: int) -> np.ndarray | None:
     """The masses m̃ (d,) of a recording in its stored units (module doc), or None when it was
-    not ingested from velocity columns."""
+    not ingested with velocities."""
     config = OmegaConf.to_container(OmegaConf.create(attrs.get("ingest_config") or "{}"))
-    if config.get("momenta") or not isinstance(config.get("velocities"), list):
+    if config.get("momenta") or config.get("velocities") is None:
         return None
     units = Units.from_attrs(attrs, dim)
     mass = np.broadcast_to(np.asarray(config.get("mass", 1.0), dtype=np.float64), (dim,))
@@ -86,7 +86,7 @@ def velocity_problem(system: System, attrs: dict, width: int, source: str) -> st
                 "and q̇ needs velocities; ingest the recording with ingest.velocities=[...]")  # fmt: skip
     if system.name == MEASURED:
         if recording_mass(attrs, system.dim) is None:
-            return (f"{source} was not ingested from velocity columns (ingest.velocities=[...]): "
+            return (f"{source} was not ingested with velocities (ingest.velocities=[...] or smoothing): "
                     "its p is not mass × velocity, so a model with its own momenta has no q̇ "
                     "to observe")  # fmt: skip
         return None

@@ -129,8 +129,7 @@ def test_recording_velocities_are_p_over_the_scaled_mass():
 @pytest.mark.parametrize(
     ("attrs", "width", "fragment"),
     [
-        (recording_attrs(momenta="[p]"), 2, "not ingested from velocity columns"),
-        (recording_attrs(velocities="finite_difference"), 2, "not ingested from velocity"),
+        (recording_attrs(momenta="[p]"), 2, "not ingested with velocities"),
         (recording_attrs(velocities="[v]"), 1, "positions only"),
     ],
 )

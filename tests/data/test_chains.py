@@ -1,0 +1,192 @@
+"""Tracked points of a filmed double pendulum read as a chain: links and the fixed point
+detected, the origin and lengths estimated through the tracking jitter, joint angles, velocities
+by a smoothing difference, and one-line refusals for a chain that does not fit the data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.integrate import solve_ivp
+
+from hnnsym.data.chains import (
+    build_chain,
+    chain_mapping,
+    detect_chain,
+    fit_circle,
+    points_from_config,
+)
+from hnnsym.data.hdf5 import read_dataset
+from hnnsym.data.ingest import ingest
+from hnnsym.data.segments import estimated_velocities
+from hnnsym.data.settings import Mapping, Options
+from hnnsym.data.units import Units
+from hnnsym.errors import DataError, UserError
+from hnnsym.physics.systems import MEASURED
+
+DT = 0.0025  # 400 frames/s
+ORIGIN = np.array([1000.0, 900.0])  # px
+LENGTHS = (300.0, 200.0)  # px
+POINTS = {"pivot": ["x0", "y0"], "bob1": ["x1", "y1"], "bob2": ["x2", "y2"]}
+
+
+def rods(t_end: float = 8.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Times, angles and rates (n, 2) of a compound double pendulum of two uniform rods
+    (masses 1, 0.5; lengths 0.3, 0.2 m) in the image plane, gravity along +y (image down)."""
+    m1, m2, l1, l2, g = 1.0, 0.5, 0.3, 0.2, 9.81
+
+    def f(_t, y):
+        a, b, wa, wb = y
+        c, s = np.cos(a - b), np.sin(a - b)
+        M = np.array([[(m1 / 3 + m2) * l1**2, m2 * l1 * l2 / 2 * c],
+                      [m2 * l1 * l2 / 2 * c, m2 * l2**2 / 3]])  # fmt: skip
+        # V = −g (m1 l1/2 + m2 l1) sin a − g m2 l2/2 sin b  (angles from +x, y down)
+        rhs = np.array([-m2 * l1 * l2 / 2 * s * wb**2 + g * (m1 / 2 + m2) * l1 * np.cos(a),
+                        m2 * l1 * l2 / 2 * s * wa**2 + g * m2 * l2 / 2 * np.cos(b)])  # fmt: skip
+        return [wa, wb, *np.linalg.solve(M, rhs)]
+
+    t = DT * np.arange(int(round(t_end / DT)) + 1)
+    sol = solve_ivp(f, (0, t[-1]), [0.3, -0.4, 0.0, 0.0], t_eval=t, rtol=1e-10, atol=1e-10)
+    return t, sol.y[:2].T, sol.y[2:].T
+
+
+def tracked(theta: np.ndarray, jitter: float, seed: int = 0) -> pd.DataFrame:
+    """Pixel tracks of pivot, bob1, bob2 with Gaussian jitter (px) on every coordinate."""
+    rng = np.random.default_rng(seed)
+    b1 = ORIGIN + LENGTHS[0] * np.stack([np.cos(theta[:, 0]), np.sin(theta[:, 0])], 1)
+    b2 = b1 + LENGTHS[1] * np.stack([np.cos(theta[:, 1]), np.sin(theta[:, 1])], 1)
+    xy = np.concatenate([np.broadcast_to(ORIGIN, b1.shape), b1, b2], 1)
+    xy = xy + jitter * rng.standard_normal(xy.shape)
+    return pd.DataFrame(xy, columns=["x0", "y0", "x1", "y1", "x2", "y2"])
+
+
+def one_line(err: pytest.ExceptionInfo) -> str:
+    text = str(err.value)
+    assert text and "\n" not in text
+    return text
+
+
+def test_detected_chain_origin_lengths_and_angles_through_jitter() -> None:
+    _, theta, _ = rods()
+    table = tracked(theta, jitter=2.0)
+    points = points_from_config({k: POINTS[k] for k in ("bob2", "pivot", "bob1")})  # any order
+    assert detect_chain(table, points) == ["pivot", "bob1", "bob2"]
+    chain = build_chain(table, points, "detect")
+    assert np.abs(np.asarray(chain.origin) - ORIGIN).max() < 0.5
+    assert abs(chain.lengths[0] - LENGTHS[0]) < 0.5 and abs(chain.lengths[1] - LENGTHS[1]) < 0.5
+    error = np.angle(np.exp(1j * (chain.angles(table) - theta)))
+    assert np.sqrt((error**2).mean()) < 2.0 * 2.0 / LENGTHS[1]  # about jitter / length
+
+
+def test_circle_fit_is_exact_on_an_arc() -> None:
+    a = np.linspace(0.2, 1.4, 50)
+    centre, radius = fit_circle(np.stack([3 + 7 * np.cos(a), -2 + 7 * np.sin(a)], 1))
+    np.testing.assert_allclose(centre, [3, -2], atol=1e-9)
+    assert abs(radius - 7) < 1e-9
+
+
+def test_smoothing_velocities_beat_finite_differences_on_jittery_angles() -> None:
+    _, theta, rates = rods()
+    table = tracked(theta, jitter=2.0)
+    chain = build_chain(table, points_from_config(POINTS), ["pivot", "bob1", "bob2"])
+    q = np.unwrap(chain.angles(table), axis=0)
+    o = Options(every=4, smoothing_window=7, smoothing_order=3)
+    smooth = estimated_velocities(q, DT, "smoothing", o)
+    fd = estimated_velocities(q, DT, "finite_difference", o)
+    inner = slice(50, -50)
+
+    def rms(v: np.ndarray) -> float:
+        return float(np.sqrt(((v - rates)[inner] ** 2).mean()))
+
+    assert rms(smooth) < 0.05 * float(np.sqrt((rates**2).mean()))
+    assert rms(smooth) < 0.2 * rms(fd)
+    # exact for a polynomial of the fitted degree, ends included
+    t = DT * np.arange(40)[:, None]
+    cubic = 1 + 2 * t - 3 * t**2 + 0.5 * t**3
+    exact = 2 - 6 * t + 1.5 * t**2
+    o1 = Options(every=1, smoothing_window=7, smoothing_order=3)
+    np.testing.assert_allclose(estimated_velocities(cubic, DT, "smoothing", o1), exact, atol=1e-8)
+    assert estimated_velocities(cubic[:6], DT, "smoothing", o1) is None  # shorter than a window
+
+
+def test_chains_that_do_not_fit_the_data_are_refused_in_one_line() -> None:
+    _, theta, _ = rods()
+    table = tracked(theta, jitter=1.0)
+    points = points_from_config(POINTS)
+    with pytest.raises(DataError) as err:
+        build_chain(table, points, ["pivot", "bob2", "bob1"])
+    assert "pivot and bob2 are not rigidly linked" in one_line(err)
+    with pytest.raises(DataError) as err:
+        build_chain(table, points, ["bob2", "bob1", "pivot"])
+    assert "the first point bob2 is not fixed" in one_line(err)
+    with pytest.raises(UserError) as err:
+        build_chain(table, points, ["pivot", "bob1", "elbow"])
+    assert "elbow" in one_line(err)
+    moving = table.assign(x3=600 + 400 * np.sin(np.arange(len(table)) * 0.01), y3=300.0)
+    extra = points_from_config({**POINTS, "marker": ["x3", "y3"]})
+    with pytest.raises(DataError) as err:
+        build_chain(moving, extra, "detect")
+    assert "['marker'] are not on the chain" in one_line(err)
+    with pytest.raises(UserError) as err:
+        chain_mapping(table, Mapping(time=None, trial=None, positions=["x1"]), POINTS,
+                      "detect", "angles")  # fmt: skip
+    assert "not both" in one_line(err)
+    with pytest.raises(UserError) as err:
+        points_from_config({"pivot": ["x0"], "bob": ["x1", "y1"]})
+    assert "two columns" in one_line(err)
+
+
+def test_a_tracked_chain_ingests_as_joint_angles_with_its_geometry(
+    tmp_path: Path, compose_config
+) -> None:
+    _, theta, _ = rods()
+    path = tmp_path / "pendulum.csv"
+    tracked(theta, jitter=1.0).round().astype(int).to_csv(path, index=False, header=False)
+    out = ingest(compose_config("ingest", [
+        f"ingest.source={path}", "ingest.names=[x0,y0,x1,y1,x2,y2]", "ingest.time=null",
+        f"ingest.dt={DT}", "ingest.every=4",
+        "ingest.points={pivot: [x0,y0], bob1: [x1,y1], bob2: [x2,y2]}", "ingest.chain=detect",
+        "ingest.coordinates=angles", "ingest.velocities=smoothing", "ingest.max_segment=100",
+        "ingest.units={time: s, x0: px, y0: px, x1: px, y1: px, x2: px, y2: px}",
+        f"data_file={tmp_path / 'pendulum.h5'}",
+    ]))  # fmt: skip
+    data = read_dataset(out, system=MEASURED, dim=2)
+    units = Units.from_attrs(data.attrs, 2)
+    assert data.attrs["observe"] == "qp" and units.periodic == (0, 1)
+    assert list(units.names) == ["theta_bob1", "theta_bob2"]
+    chain = json.loads(data.attrs["chain"])
+    assert chain["points"] == ["pivot", "bob1", "bob2"] and chain["units"] == "px"
+    assert chain["coordinates"] == "angles"
+    assert np.abs(np.asarray(chain["origin"]) - ORIGIN).max() < 0.5
+    np.testing.assert_allclose(chain["lengths"], LENGTHS, atol=0.5)
+    # the stored rates are the angles' derivative: over 10 frames (0.1 s) the trapezoidal
+    # integral of the rates is the change of the stored angles, up to the tracking jitter
+    states = units.to_recording(data.splits["train"].observed)
+    dt = float(data.attrs["obs_dt"]) * units.time
+    assert abs(dt - 4 * DT) < 1e-12
+    change = states[:, 10:, :2] - states[:, :-10, :2]
+    rates = states[..., 2:]
+    csum = np.concatenate([np.zeros_like(rates[:, :1]),
+                           np.cumsum(dt * (rates[:, 1:] + rates[:, :-1]) / 2, 1)], 1)  # fmt: skip
+    integral = csum[:, 10:] - csum[:, :-10]
+    assert np.sqrt(((integral - change) ** 2).mean()) < 0.03 * np.sqrt((change**2).mean())
+
+
+def test_points_coordinates_keep_the_moving_points_and_record_the_chain(
+    tmp_path, compose_config
+) -> None:
+    _, theta, _ = rods(4.0)
+    path = tmp_path / "pendulum.csv"
+    tracked(theta, jitter=1.0).to_csv(path, index=False)
+    out = ingest(compose_config("ingest", [
+        f"ingest.source={path}", "ingest.time=null", f"ingest.dt={DT}", "ingest.every=4",
+        "ingest.points={pivot: [x0,y0], bob1: [x1,y1], bob2: [x2,y2]}",
+        "ingest.chain=[pivot,bob1,bob2]", "ingest.max_segment=50", f"data_file={tmp_path / 'p.h5'}",
+    ]))  # fmt: skip
+    data = read_dataset(out, system=MEASURED, dim=4)
+    assert data.attrs["observe"] == "q"
+    assert list(Units.from_attrs(data.attrs, 4).names) == ["x1", "y1", "x2", "y2"]
+    assert json.loads(data.attrs["chain"])["coordinates"] == "points"
