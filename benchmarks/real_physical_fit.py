@@ -56,8 +56,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from hnnsym.artifacts import now_utc, versions, write_text
+from hnnsym.data.chains import fit_circle
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.units import Units
 from hnnsym.evaluation import horizons
@@ -190,14 +192,6 @@ def pend_roll(theta: np.ndarray, start: np.ndarray, dt: float, steps: int) -> np
     return np.stack(out, 1)
 
 
-def circle_fit(points: np.ndarray) -> tuple[np.ndarray, float]:
-    """Centre (2,) and radius of the least-squares circle through ``points`` (n, 2) (Kåsa:
-    x² + y² = 2 a x + 2 b y + c, linear in a, b, c)."""
-    a = np.column_stack([2 * points, np.ones(len(points))])
-    (cx, cy, c), *_ = np.linalg.lstsq(a, (points**2).sum(1), rcond=None)
-    return np.array([cx, cy]), float(np.sqrt(c + cx * cx + cy * cy))
-
-
 class Chain:
     """The geometry of a two-arm chain from its tracked bobs (x₁, y₁, x₂, y₂), image pixels: the
     fixed pivot and the arm lengths, fitted once on the training data. The pivot is the centre
@@ -208,7 +202,7 @@ class Chain:
 
     def __init__(self, train: np.ndarray):
         flat = train.reshape(-1, 4)
-        self.pivot, self.l1 = circle_fit(flat[:, :2])
+        self.pivot, self.l1 = fit_circle(flat[:, :2])
         self.l2 = float(np.linalg.norm(flat[:, 2:] - flat[:, :2], axis=1).mean())
 
     def angles(self, points: np.ndarray) -> np.ndarray:
@@ -303,6 +297,82 @@ def pend_shoot(theta: np.ndarray, q0: np.ndarray, q1: np.ndarray, dt: float, ite
     return w
 
 
+def fit_pendulum_params(th_train: np.ndarray, dt: float, H: int) -> tuple:
+    """(θ, θ_fd, the rollout fit's result, its window count) of the 7-parameter pendulum on
+    training angles (N, T+1, 2): ``pend_fit_fd`` on the smoothed angles, then
+    ``pend_fit_rollout`` over windows of H steps."""
+    th_s, w_s, a_s = smoothed(th_train, dt)
+    theta_fd = pend_fit_fd(th_s.reshape(-1, 2), w_s.reshape(-1, 2), a_s.reshape(-1, 2))
+    idx = horizons.tile_windows(np.arange(th_train.shape[1])[None, :, None], H)[..., 0]
+    starts = np.concatenate([th_s[:, idx[:, 0]], w_s[:, idx[:, 0]]], -1).reshape(-1, 4)
+    truth = th_train[:, idx].reshape(-1, H + 1, 2)
+    theta, sol = pend_fit_rollout(theta_fd, starts, truth, dt)
+    return theta, theta_fd, sol, int(starts.shape[0])
+
+
+def chain_points(geometry: dict, th: np.ndarray) -> np.ndarray:
+    """(…, 2) joint angles → (…, 4) the moving points, by a file's chain attribute: x_k =
+    origin + Σ_{j≤k} l_j (cos θ_j, sin θ_j), in its units."""
+    x = np.asarray(geometry["origin"], dtype=np.float64)
+    out = []
+    for k, length in enumerate(geometry["lengths"]):
+        x = x + length * np.stack([np.cos(th[..., k]), np.sin(th[..., k])], -1)
+        out.append(x)
+    return np.concatenate(out, -1)
+
+
+def fit_chain_angles(path: Path, data, units: Units, asked: list[int] | None) -> dict:
+    """The 7-parameter pendulum on a file ingested as joint angles and rates (``ingest.chain``,
+    ``ingest.coordinates=angles``, velocities by smoothing): fitted on the training angles,
+    each test window started from the file's state at its first frame (what ``evaluate`` gives
+    a model of (θ, θ̇)), scored in the state (θ wrapped, θ̇), the angles, and the tracked
+    points (the file's chain attribute)."""
+    geometry = json.loads(data.attrs["chain"])
+    config = OmegaConf.create(data.attrs.get("ingest_config") or "{}")
+    mass = np.broadcast_to(np.asarray(config.get("mass", 1.0), dtype=np.float64), (2,))
+    dt = float(data.attrs["obs_dt"]) * units.time
+
+    def states(split: str) -> np.ndarray:  # (N, T+1, 4): θ, θ̇ = p / mass
+        y = units.to_recording(data.splits[split].observed)
+        return np.concatenate([y[..., :2], y[..., 2:] / mass], -1)
+
+    train, test = states("train"), states("test")
+    hs = horizons.choose_horizons(PEND_HORIZONS if asked is None else asked, test.shape[1] - 1)
+    H = hs[-1]
+    start = time.perf_counter()
+    theta, theta_fd, sol, n_windows = fit_pendulum_params(train[..., :2], dt, H)
+    seconds = time.perf_counter() - start
+    windows = horizons.tile_windows(test, H)  # (B, H+1, 4) from y₀, as evaluate
+    preds = {k: pend_roll(par, windows[:, 0], dt, H) for k, par in
+             (("physical", theta), ("physical_fd", theta_fd))}  # fmt: skip
+    preds |= horizons.baselines(windows, 2, dt, horizons.fit_linear(train, [0, 1]), [0, 1])
+    truth = windows[:, 1:]
+    out = {
+        "file": str(path), "name": path.stem, "model": "damped compound double pendulum",
+        "dim": 2, "obs_dt": dt, "names": list(units.names), "labels": dict(units.labels),
+        "horizons": hs, "windows": int(windows.shape[0]),
+        "train_trajectories": int(train.shape[0]), "train_windows": n_windows,
+        "parameters": len(PEND_PARAMS), "fit_seconds": round(seconds, 3),
+        "rollout_fit": {"cost": float(sol.cost), "nfev": int(sol.nfev), "status": int(sol.status)},
+        "fit": dict(zip(PEND_PARAMS, map(float, theta))),
+        "fit_fd": dict(zip(PEND_PARAMS, map(float, theta_fd))),
+        "start": "the file's state", "units": geometry.get("units"),
+        "chain": {"pivot_px": geometry["origin"], "l1_px": geometry["lengths"][0],
+                  "l2_px": geometry["lengths"][1]},
+    }  # fmt: skip
+    for k, p in preds.items():
+        suffix = "" if k == "physical" else f"_{k}"
+        state = horizons.horizon_mse(p, truth, hs, [0, 1])
+        ang = horizons.horizon_mse(p[..., :2], truth[..., :2], hs, [0, 1])
+        pts = horizons.horizon_mse(chain_points(geometry, p[..., :2]),
+                                   chain_points(geometry, truth[..., :2]), hs, [])  # fmt: skip
+        for h in hs:
+            out[f"mse_state_h{h}{suffix}"] = state[h]
+            out[f"mse_angles_h{h}{suffix}"] = ang[h]
+            out[f"mse_h{h}{suffix}"] = pts[h]
+    return out
+
+
 def fit_pendulum(path: Path, data, units: Units, asked: list[int] | None) -> dict:
     """The damped compound double pendulum fitted to a positions-only file of two tracked bobs
     (x₁, y₁, x₂, y₂), scored in the recording's pixels and in angles."""
@@ -314,12 +384,7 @@ def fit_pendulum(path: Path, data, units: Units, asked: list[int] | None) -> dic
     start = time.perf_counter()
     chain = Chain(train)
     th_train = chain.angles(train)
-    th_s, w_s, a_s = smoothed(th_train, dt)
-    theta_fd = pend_fit_fd(th_s.reshape(-1, 2), w_s.reshape(-1, 2), a_s.reshape(-1, 2))
-    idx = horizons.tile_windows(np.arange(th_train.shape[1])[None, :, None], H)[..., 0]
-    starts = np.concatenate([th_s[:, idx[:, 0]], w_s[:, idx[:, 0]]], -1).reshape(-1, 4)
-    truth = th_train[:, idx].reshape(-1, H + 1, 2)
-    theta, sol = pend_fit_rollout(theta_fd, starts, truth, dt)
+    theta, theta_fd, sol, n_windows = fit_pendulum_params(th_train, dt, H)
     seconds = time.perf_counter() - start
 
     windows = horizons.tile_windows(test, H + 1)  # (B, H+2, 4): from q₀, q₁ as evaluate
@@ -347,11 +412,12 @@ def fit_pendulum(path: Path, data, units: Units, asked: list[int] | None) -> dic
         "file": str(path), "name": path.stem, "model": "damped compound double pendulum",
         "dim": 4, "obs_dt": dt, "names": list(units.names), "labels": dict(units.labels),
         "horizons": hs, "windows": int(windows.shape[0]),
-        "train_trajectories": int(train.shape[0]), "train_windows": int(starts.shape[0]),
+        "train_trajectories": int(train.shape[0]), "train_windows": n_windows,
         "parameters": len(PEND_PARAMS), "fit_seconds": round(seconds, 3),
         "rollout_fit": {"cost": float(sol.cost), "nfev": int(sol.nfev), "status": int(sol.status)},
         "fit": dict(zip(PEND_PARAMS, map(float, theta))),
         "fit_fd": dict(zip(PEND_PARAMS, map(float, theta_fd))),
+        "start": "two frames",
         "chain": {"pivot_px": chain.pivot.tolist(), "l1_px": chain.l1, "l2_px": chain.l2},
     }  # fmt: skip
     for k in mse:
@@ -368,6 +434,11 @@ def fit_file(path: Path, asked: list[int] | None) -> dict:
     d = int(attrs["dim"])
     units = Units.from_attrs(attrs, d)
     name = path.stem
+    if "chain" in attrs and json.loads(attrs["chain"])["coordinates"] == "angles":
+        if d == 2 and attrs.get("observe") == "qp":
+            return fit_chain_angles(path, data, units, asked)
+        return {"file": str(path), "name": name, "skipped": "a chain in angles, but not two "
+                "joints with rates: no physical model here"}  # fmt: skip
     if attrs.get("observe", "qp") != "qp":
         if d == 4 and not units.periodic:
             return fit_pendulum(path, data, units, asked)
@@ -411,7 +482,8 @@ def fit_file(path: Path, asked: list[int] | None) -> dict:
 
 def markdown(results: list[dict]) -> str:
     oscillators = [r for r in results if "skipped" not in r and "chain" not in r]
-    pendulums = [r for r in results if "chain" in r]
+    pendulums = [r for r in results if r.get("start") == "two frames"]
+    chains = [r for r in results if r.get("start") == "the file's state"]
     lines = [
         "# Physical fits of the recordings",
         "",
@@ -452,6 +524,27 @@ def markdown(results: list[dict]) -> str:
             for coords, key in (("px", f"mse_h{h}"), ("rad", f"mse_angles_h{h}")):
                 cells = [r[key]] + [r[f"{key}_{b}"] for b in
                                     ("physical_fd", "physical_sg_start", *horizons.BASELINES)]  # fmt: skip
+                ratio = r[f"{key}_constant_velocity"] / r[key]
+                lines.append(f"| {r['name']} | {h} | {r['windows']} | {coords} | "
+                             + " | ".join(f"{c:.4g}" for c in cells) + f" | {ratio:.0f} |")  # fmt: skip
+    if chains:
+        lines += [
+            "",
+            "**The same pendulum on files ingested as joint angles and rates** (`ingest.chain`, "
+            "`ingest.coordinates=angles`, `ingest.velocities=smoothing`), each test window "
+            "started from the file's state at its first frame, as `evaluate` starts a model of "
+            "(θ, θ̇); MSE over steps 1..h in the tracked points (px², from the file's chain "
+            "geometry), the angles (rad², wrapped) and the state (θ, θ̇).",
+            "",
+            "| recording | h | windows | coordinates | physical | physical_fd | no_motion "
+            "| constant_velocity | linear | constant_velocity / physical |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+    for r in chains:
+        for h in r["horizons"]:
+            for coords, key in ((r.get("units") or "points", f"mse_h{h}"),
+                                ("rad", f"mse_angles_h{h}"), ("state", f"mse_state_h{h}")):  # fmt: skip
+                cells = [r[key]] + [r[f"{key}_{b}"] for b in ("physical_fd", *horizons.BASELINES)]
                 ratio = r[f"{key}_constant_velocity"] / r[key]
                 lines.append(f"| {r['name']} | {h} | {r['windows']} | {coords} | "
                              + " | ".join(f"{c:.4g}" for c in cells) + f" | {ratio:.0f} |")  # fmt: skip
