@@ -281,6 +281,7 @@ table-chain: install
 REAL_DIR ?= ../shared/data/real
 IBM_NAMES := [x0,y0,x1,y1,x2,y2]
 IBM_UNITS := {time: s, x0: px, y0: px, x1: px, y1: px, x2: px, y2: px}
+IBM_POINTS := {pivot: [x0, y0], bob1: [x1, y1], bob2: [x2, y2]}
 REAL_OUT ?= outputs/real
 REAL_SEEDS ?= 0 1 2
 REAL_MODELS ?= dissipative_hnn
@@ -310,11 +311,17 @@ real-data: install
 	  ingest.max_segment=24 ingest.overwrite=true
 	for run in 1 2; do $(PY) -m hnnsym.ingest \
 	  ingest.source=$(REAL_DIR)/ibm_double_pendulum_run$$run.csv ingest.names=$(IBM_NAMES) \
-	  ingest.time=null ingest.dt=0.0025 ingest.every=4 ingest.positions=[x1,y1,x2,y2] \
+	  ingest.time=null ingest.dt=0.0025 ingest.every=4 'ingest.points=$(IBM_POINTS)' ingest.chain=detect \
 	  'ingest.units=$(IBM_UNITS)' ingest.max_segment=128 \
-	  'ingest.split={val: 0.15, test: {time: [36.0, 45.0]}}' ingest.overwrite=true || exit 1; done
+	  'ingest.split={val: 0.15, test: {time: [36.0, 45.0]}}' ingest.overwrite=true || exit 1; \
+	  $(PY) -m hnnsym.ingest ingest.source=$(REAL_DIR)/ibm_double_pendulum_run$$run.csv \
+	  ingest.names=$(IBM_NAMES) ingest.time=null ingest.dt=0.0025 ingest.every=4 \
+	  'ingest.points=$(IBM_POINTS)' ingest.chain=detect ingest.coordinates=angles \
+	  ingest.velocities=smoothing 'ingest.units=$(IBM_UNITS)' ingest.max_segment=128 \
+	  'ingest.split={val: 0.15, test: {time: [36.0, 45.0]}}' \
+	  ingest.name=ibm_double_pendulum_run$${run}_angles ingest.overwrite=true || exit 1; done
 	$(PY) benchmarks/real_physical_fit.py data/measured/lipson_real_*.h5 \
-	  $(foreach f,$(REAL_PEND),data/measured/$(f).h5)
+	  $(foreach f,$(REAL_PEND),data/measured/$(f).h5 data/measured/$(f)_angles.h5)
 	$(call real_runs,lipson_real_linear_h_1,$(REAL_EXPERIMENT),$(REAL_MODELS),$(REAL_SEEDS))
 	$(call real_runs,lipson_real_double_linear_h_1,$(REAL_EXPERIMENT2),$(REAL_MODELS),$(REAL_SEEDS))
 	$(foreach f,$(REAL_PEND),$(call real_runs,$(f),recording_positions,potential,0))

@@ -359,3 +359,42 @@ def plot_horizons(
     ax.set_title("rollout error on the test windows (recording units)", fontsize=10)
     ax.legend(loc="best", fontsize=8)
     save_figure(fig, path)
+
+
+def plot_chain_motion(
+    t: Tensor | np.ndarray,
+    truth: Tensor | np.ndarray,
+    pred: Tensor | np.ndarray,
+    origin: Sequence[float],
+    path: str | os.PathLike,
+    unit: str | None = None,
+    frames: int = 6,
+) -> None:
+    """The arms of a chain in motion over one window, true (solid) against predicted (dashed):
+    ``truth``, ``pred`` (T+1, n, 2) the moving points' positions in the image plane (x, y; the
+    chain attribute's units), drawn from the fixed ``origin`` at ``frames`` times spread over the
+    window, lighter for earlier ones, with the last point's path. The image's y axis is drawn
+    as the file has it (down for pixel coordinates of a film)."""
+    t, truth, pred = _numpy(t), _numpy(truth), _numpy(pred)
+    origin = np.asarray(origin, dtype=np.float64)
+    fig = Figure(figsize=(6.5, 6.5), layout="constrained")
+    ax = fig.subplots()
+    picks = np.unique(np.linspace(0, truth.shape[0] - 1, frames).round().astype(int))
+    for k, i in enumerate(picks):
+        alpha = 0.25 + 0.75 * k / max(len(picks) - 1, 1)
+        for points, style, color in ((truth, TRUE_STYLE, "C0"), (pred, PRED_STYLE, "C3")):
+            arm = np.vstack([origin, points[i]])
+            ax.plot(arm[:, 0], arm[:, 1], color=color, alpha=alpha, marker="o", ms=4, **style)
+        ax.annotate(f"{t[i]:.3g}", truth[i, -1], fontsize=7, alpha=alpha,
+                    xytext=(4, 4), textcoords="offset points")  # fmt: skip
+    ax.plot(truth[:, -1, 0], truth[:, -1, 1], color="C0", lw=0.8, alpha=0.6)
+    ax.plot(pred[:, -1, 0], pred[:, -1, 1], color="C3", lw=0.8, alpha=0.6, ls="--")
+    ax.plot(*origin, "k+", ms=10)
+    ax.set_aspect("equal")
+    ax.invert_yaxis()  # image rows grow downward
+    suffix = f" ({unit})" if unit else ""
+    ax.set_xlabel(f"x{suffix}")
+    ax.set_ylabel(f"y{suffix}")
+    solid_dashed_legend(ax, "true", "predicted")
+    fig.suptitle("arms in motion over one test window (times labelled at the last point)")
+    save_figure(fig, path)
