@@ -322,12 +322,12 @@ def chain_points(geometry: dict, th: np.ndarray) -> np.ndarray:
 
 
 def fit_chain_angles(path: Path, data, units: Units, asked: list[int] | None) -> dict:
-    """The 7-parameter pendulum on a file ingested as joint angles and rates (``ingest.chain``,
-    ``ingest.coordinates=angles``, velocities by smoothing): fitted on the training angles,
-    each test window started from the file's state at its first frame (what ``evaluate`` gives
-    a model of (θ, θ̇)), scored in the state (θ wrapped, θ̇), the angles, and the tracked
-    points (the file's chain attribute)."""
-    geometry = json.loads(data.attrs["chain"])
+    """The 7-parameter pendulum on a file of two joint angles and their rates (a recording in
+    angles, or tracked points ingested with ``ingest.chain``, ``ingest.coordinates=angles``):
+    fitted on the training angles, each test window started from the file's state at its first
+    frame (what ``evaluate`` gives a model of (θ, θ̇)), scored in the state (θ wrapped, θ̇), the
+    angles, and, when the file has a chain attribute, the tracked points."""
+    geometry = json.loads(data.attrs["chain"]) if "chain" in data.attrs else None
     config = OmegaConf.create(data.attrs.get("ingest_config") or "{}")
     mass = np.broadcast_to(np.asarray(config.get("mass", 1.0), dtype=np.float64), (2,))
     dt = float(data.attrs["obs_dt"]) * units.time
@@ -356,20 +356,24 @@ def fit_chain_angles(path: Path, data, units: Units, asked: list[int] | None) ->
         "rollout_fit": {"cost": float(sol.cost), "nfev": int(sol.nfev), "status": int(sol.status)},
         "fit": dict(zip(PEND_PARAMS, map(float, theta))),
         "fit_fd": dict(zip(PEND_PARAMS, map(float, theta_fd))),
-        "start": "the file's state", "units": geometry.get("units"),
-        "chain": {"pivot_px": geometry["origin"], "l1_px": geometry["lengths"][0],
-                  "l2_px": geometry["lengths"][1]},
+        "start": "the file's state",
     }  # fmt: skip
+    if geometry is not None:
+        out["units"] = geometry.get("units")
+        out["chain"] = {"pivot_px": geometry["origin"], "l1_px": geometry["lengths"][0],
+                        "l2_px": geometry["lengths"][1]}  # fmt: skip
     for k, p in preds.items():
         suffix = "" if k == "physical" else f"_{k}"
         state = horizons.horizon_mse(p, truth, hs, [0, 1])
         ang = horizons.horizon_mse(p[..., :2], truth[..., :2], hs, [0, 1])
-        pts = horizons.horizon_mse(chain_points(geometry, p[..., :2]),
-                                   chain_points(geometry, truth[..., :2]), hs, [])  # fmt: skip
         for h in hs:
             out[f"mse_state_h{h}{suffix}"] = state[h]
             out[f"mse_angles_h{h}{suffix}"] = ang[h]
-            out[f"mse_h{h}{suffix}"] = pts[h]
+        if geometry is not None:
+            pts = horizons.horizon_mse(chain_points(geometry, p[..., :2]),
+                                       chain_points(geometry, truth[..., :2]), hs, [])  # fmt: skip
+            for h in hs:
+                out[f"mse_h{h}{suffix}"] = pts[h]
     return out
 
 
@@ -434,11 +438,8 @@ def fit_file(path: Path, asked: list[int] | None) -> dict:
     d = int(attrs["dim"])
     units = Units.from_attrs(attrs, d)
     name = path.stem
-    if "chain" in attrs and json.loads(attrs["chain"])["coordinates"] == "angles":
-        if d == 2 and attrs.get("observe") == "qp":
-            return fit_chain_angles(path, data, units, asked)
-        return {"file": str(path), "name": name, "skipped": "a chain in angles, but not two "
-                "joints with rates: no physical model here"}  # fmt: skip
+    if d == 2 and units.periodic == (0, 1) and attrs.get("observe") == "qp":
+        return fit_chain_angles(path, data, units, asked)
     if attrs.get("observe", "qp") != "qp":
         if d == 4 and not units.periodic:
             return fit_pendulum(path, data, units, asked)
@@ -530,11 +531,12 @@ def markdown(results: list[dict]) -> str:
     if chains:
         lines += [
             "",
-            "**The same pendulum on files ingested as joint angles and rates** (`ingest.chain`, "
-            "`ingest.coordinates=angles`, `ingest.velocities=smoothing`), each test window "
+            "**The same pendulum on files of joint angles and rates** (recorded so, or tracked "
+            "points ingested with `ingest.chain`, `ingest.coordinates=angles`, "
+            "`ingest.velocities=smoothing`), each test window "
             "started from the file's state at its first frame, as `evaluate` starts a model of "
             "(θ, θ̇); MSE over steps 1..h in the tracked points (px², from the file's chain "
-            "geometry), the angles (rad², wrapped) and the state (θ, θ̇).",
+            "geometry, where it has one), the angles (rad², wrapped) and the state (θ, θ̇).",
             "",
             "| recording | h | windows | coordinates | physical | physical_fd | no_motion "
             "| constant_velocity | linear | constant_velocity / physical |",
@@ -544,6 +546,8 @@ def markdown(results: list[dict]) -> str:
         for h in r["horizons"]:
             for coords, key in ((r.get("units") or "points", f"mse_h{h}"),
                                 ("rad", f"mse_angles_h{h}"), ("state", f"mse_state_h{h}")):  # fmt: skip
+                if key not in r:
+                    continue
                 cells = [r[key]] + [r[f"{key}_{b}"] for b in ("physical_fd", *horizons.BASELINES)]
                 ratio = r[f"{key}_constant_velocity"] / r[key]
                 lines.append(f"| {r['name']} | {h} | {r['windows']} | {coords} | "
@@ -554,13 +558,13 @@ def markdown(results: list[dict]) -> str:
             lines.append(f"- {r['name']}: skipped ({r['skipped']})")
             continue
         f = r["fit"]
-        if "chain" in r:
-            g = r["chain"]
+        if "start" in r:
+            g = r.get("chain")
             params = ", ".join(f"{k} = {v:.4g}" for k, v in f.items())
-            lines.append(f"- {r['name']}: {params} (1/s², 1/s; φ in rad from the image x axis); "
-                         f"pivot {np.round(g['pivot_px'], 1).tolist()} px, arms "
-                         f"{g['l1_px']:.1f} and {g['l2_px']:.1f} px; "
-                         f"{r['train_trajectories']} training trajectories, fit "
+            where = "" if g is None else (f"pivot {np.round(g['pivot_px'], 1).tolist()} px, arms "
+                                          f"{g['l1_px']:.1f} and {g['l2_px']:.1f} px; ")  # fmt: skip
+            lines.append(f"- {r['name']}: {params} (1/s², 1/s; φ in rad from the x axis); "
+                         f"{where}{r['train_trajectories']} training trajectories, fit "
                          f"{r['fit_seconds']} s")  # fmt: skip
             continue
         modes = "; ".join(f"ω = {m['omega_rad_per_time']:.4g} rad/s, decay {m['decay_per_time']:.3g}/s"

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.ingest import ingest
 
 pytest.importorskip("scipy")
@@ -80,11 +81,9 @@ def test_the_physical_fit_recovers_a_damped_oscillator(tmp_path, compose_config)
     assert "| dissipative_hnn | 0 |" in table.markdown(rows, tmp_path / "runs", None)
 
 
-def double_pendulum_file(path: Path, params, pivot=(1000.0, 1200.0), arms=(600.0, 460.0),
-                         seconds=24.0, fps=400) -> Path:  # fmt: skip
-    """A damped compound double pendulum integrated by scipy (solve_ivp, tight tolerances) from
-    its equations written out here, filmed as the IBM files are: rows of integer pixels
-    x_pivot, y_pivot, x_bob1, y_bob1, x_bob2, y_bob2, no header, ``fps`` frames per second."""
+def double_pendulum_motion(params, seconds=24.0, fps=400) -> tuple[np.ndarray, np.ndarray]:
+    """Times (n,) and states (n, 4) θ₁, θ₂, θ̇₁, θ̇₂ of a damped compound double pendulum
+    integrated by scipy (solve_ivp, tight tolerances) from its equations written out here."""
     from scipy.integrate import solve_ivp
 
     beta, gamma, delta, eps, phi, c1, c2 = params
@@ -100,7 +99,15 @@ def double_pendulum_file(path: Path, params, pivot=(1000.0, 1200.0), arms=(600.0
     t = np.arange(int(seconds * fps)) / fps
     sol = solve_ivp(rhs, (0, t[-1]), [phi + 2.0, phi - 1.0, 0.0, 3.0], t_eval=t,
                     method="DOP853", rtol=1e-11, atol=1e-11)  # fmt: skip
-    t1, t2 = sol.y[0], sol.y[1]
+    return t, sol.y.T
+
+
+def double_pendulum_file(path: Path, params, pivot=(1000.0, 1200.0), arms=(600.0, 460.0),
+                         seconds=24.0, fps=400) -> Path:  # fmt: skip
+    """``double_pendulum_motion`` filmed as the IBM files are: rows of integer pixels
+    x_pivot, y_pivot, x_bob1, y_bob1, x_bob2, y_bob2, no header, ``fps`` frames per second."""
+    t, y = double_pendulum_motion(params, seconds, fps)
+    t1, t2 = y[:, 0], y[:, 1]
     b1 = np.column_stack([pivot[0] + arms[0] * np.cos(t1), pivot[1] + arms[0] * np.sin(t1)])
     b2 = b1 + arms[1] * np.column_stack([np.cos(t2), np.sin(t2)])
     rows = np.column_stack([np.tile(pivot, (len(t), 1)), b1, b2]).round().astype(int)
@@ -133,3 +140,53 @@ def test_the_physical_fit_recovers_a_filmed_double_pendulum(tmp_path, compose_co
     # px²: the rounding to whole pixels (±0.5 px) is all the noise; from two frames it sets the
     # start rates, from the smoothed state much less
     assert fit["mse_h10_physical_sg_start"] < 2.0 and fit["mse_h10"] < 10.0
+
+
+def test_the_physical_fit_on_a_film_ingested_as_a_chain_in_angles(tmp_path, compose_config):
+    truth = (0.1, 0.07, 70.0, 6.5, 0.4, 0.05, 0.01)
+    src = double_pendulum_file(tmp_path / "dp.csv", truth)
+    out = ingest(compose_config("ingest", [
+        f"ingest.source={src}", "ingest.names=[x0,y0,x1,y1,x2,y2]", "ingest.time=null",
+        "ingest.dt=0.0025", "ingest.every=4",
+        "ingest.points={pivot: [x0,y0], bob1: [x1,y1], bob2: [x2,y2]}", "ingest.chain=detect",
+        "ingest.coordinates=angles", "ingest.velocities=smoothing",
+        "ingest.max_segment=128", "ingest.split={val: 0.15, test: {time: [18.0, 24.0]}}",
+        f"data_file={tmp_path / 'dp.h5'}",
+    ]))  # fmt: skip
+    fit = load("real_physical_fit").fit_file(out, None)
+    assert fit["start"] == "the file's state" and fit["horizons"] == [10, 25]
+    assert fit["chain"]["pivot_px"] == pytest.approx([1000.0, 1200.0], abs=0.5)
+    for name, value in zip(("beta", "gamma", "delta", "epsilon", "phi"), truth):
+        assert fit["fit"][name] == pytest.approx(value, rel=0.02, abs=0.005), name
+    for key in ("mse_h25", "mse_angles_h25", "mse_state_h25"):
+        assert fit[key] < 1e-3 * fit[f"{key}_constant_velocity"], key
+    assert fit["mse_h10"] < 2.0  # px²: whole-pixel rounding is the only noise
+
+
+def test_the_physical_fit_on_a_recording_in_angles_with_dropped_frames(tmp_path, compose_config):
+    """Angles and rates as an encoder records them, at 100 frames/s, with noise and dropped
+    frames: ingest cuts segments at the gaps, and the pendulum is fitted across them."""
+    truth = (0.1, 0.07, 70.0, 6.5, -1.2, 0.05, 0.01)
+    t, y = double_pendulum_motion(truth, seconds=30.0, fps=100)
+    rng = np.random.default_rng(0)
+    y = y + rng.normal(0, [2e-4, 2e-4, 2e-3, 2e-3], y.shape)
+    keep = np.ones(len(t), dtype=bool)
+    keep[rng.choice(np.arange(20, len(t) - 20), 12, replace=False)] = False  # dropped frames
+    wrapped = np.angle(np.exp(1j * y[:, :2]))  # an encoder reports angles in (-pi, pi]
+    path = tmp_path / "encoder.csv"
+    rows = np.column_stack([t, wrapped, y[:, 2:]])[keep]
+    path.write_text("t,theta1,theta2,omega1,omega2\n"
+                    + "\n".join(",".join(f"{v:.9g}" for v in r) for r in rows) + "\n")  # fmt: skip
+    out = ingest(compose_config("ingest", [
+        f"ingest.source={path}", "ingest.positions=[theta1,theta2]",
+        "ingest.velocities=[omega1,omega2]", "ingest.angles=[theta1,theta2]",
+        "ingest.max_segment=128", "ingest.min_segment=30",
+        "ingest.split={val: 0.15, test: {time: [24.0, 30.0]}}", f"data_file={tmp_path / 'e.h5'}",
+    ]))  # fmt: skip
+    segments = json.loads(read_dataset(out).attrs["segments"])
+    assert sum(len(v) for v in segments.values()) > 12  # cut at the gaps
+    fit = load("real_physical_fit").fit_file(out, None)
+    assert fit["start"] == "the file's state" and "chain" not in fit
+    for name, value in zip(("beta", "gamma", "delta", "epsilon", "phi"), truth):
+        assert fit["fit"][name] == pytest.approx(value, rel=0.03, abs=0.01), name
+    assert fit["mse_angles_h25"] < 1e-3 * fit["mse_angles_h25_constant_velocity"]
