@@ -15,6 +15,10 @@ baselines predict, and
     mse_h<h>_<b>     the same for baseline b (no_motion, constant_velocity, linear) on the same
                      windows; ``ratio_h<h>_<b>`` = mse_h<h> / mse_h<h>_<b> (< 1: the model is better)
     mse_per_coordinate  {model and baselines: {column: MSE at the main horizon}}
+    mse_points_h<h>, mse_angles_h<h>   (with ``_<b>`` for the baselines) for a chain recorded
+                     in joint angles (the file's ``chain`` attribute): the error in the tracked
+                     points, in the recording's units² (px²), and in the wrapped angles (rad²)
+                     (``hnnsym.evaluation.chains``)
     warning          a sentence when the model is not below the best trivial predictor there
 
 The whole test trajectories are also rolled out from their first state(s) (as far as
@@ -52,6 +56,7 @@ from hnnsym.data.units import Units
 from hnnsym.data.velocities import VelocityMap
 from hnnsym.errors import UserError
 from hnnsym.evaluation import horizons, plots
+from hnnsym.evaluation.chains import angle_chain, chain_horizon_metrics
 from hnnsym.evaluation.metrics import energies, rollout_metrics
 from hnnsym.evaluation.positions import prediction_scheme, rollout_positions
 from hnnsym.evaluation.problem import Problem, Rolled
@@ -218,10 +223,12 @@ def window_predictions(
 
 
 def horizon_metrics(
-    w: Windows, predictor: Predictor, units: Units, train: np.ndarray
+    w: Windows, predictor: Predictor, units: Units, train: np.ndarray, chain: dict | None = None
 ) -> tuple[dict, dict]:
     """The horizon metrics of the window predictions ``w`` beside the baselines' (the linear one
-    fitted on the training trajectories), all in recording units; and what the figure needs."""
+    fitted on the training trajectories), all in recording units, with those in the tracked
+    points and angles for a ``chain`` in joint angles (``angle_chain``); and what the figure
+    needs."""
     d, g = units.dim, predictor.given
     periodic = list(units.periodic)
     hs, H = w.hs, w.hs[-1]
@@ -249,6 +256,9 @@ def horizon_metrics(
         for b in horizons.BASELINES:
             ref = base_mse[b][h]
             out[f"ratio_h{h}_{b}"] = model_mse[h] / ref if ref > 0 else math.nan
+    if chain is not None:
+        out["points_units"] = chain.get("units")
+        out |= chain_horizon_metrics(chain, pred, observed, base, hs)
     labels, _ = axis_labels(units, d)
     names = labels[: w.scaled.shape[-1]]
     per = {"model": horizons.per_coordinate_mse(pred, observed, H, periodic)}
@@ -409,7 +419,8 @@ class MeasuredPart:
         x, d, steps = r.detail, p.system.dim, p.steps
         units, periodic, predictor, ok = x["units"], x["periodic"], x["predictor"], x["ok"]
         g = predictor.given
-        found, x["drawn"] = horizon_metrics(x["windows"], predictor, units, x["train"])
+        chain = angle_chain(p.data.attrs)
+        found, x["drawn"] = horizon_metrics(x["windows"], predictor, units, x["train"], chain)
         dt = p.obs_dt * units.time
         whole = horizons.tile_windows(units.to_recording(x["test"][:, : steps + 1]), steps)
         coef = horizons.fit_linear(units.to_recording(x["train"]), periodic, order=g)
@@ -421,6 +432,11 @@ class MeasuredPart:
         if found["windows_failed"]:
             notes.append(f"{found['windows_failed']} of {found['windows']} window rollouts "
                          "failed: mse_h<h> and the baselines' are over the others")  # fmt: skip
+        if chain is not None:
+            notes.append("a chain in joint angles: mse_points_h<h> in its tracked points "
+                         f"({found['points_units'] or 'the recording units'}², x_k = origin + "
+                         "Σ l_j (cos θ_j, sin θ_j) by the file's chain attribute) and "
+                         "mse_angles_h<h> in the wrapped angles (rad²), beside the baselines'")  # fmt: skip
         if found["windows"] < 5:
             notes.append(f"only {found['windows']} test windows: the errors are rough")
         if metrics.get("damping_learned") is not None:
@@ -501,22 +517,34 @@ def draw_measured_figures(
     return figures
 
 
-def horizon_table(m: dict) -> str:
-    """The horizon lines of the terminal summary: the model's MSE beside each baseline's (and
-    the model's ratio to it) per horizon."""
+def horizon_table(m: dict, key: str = "mse") -> str:
+    """The horizon lines of the terminal summary: the model's MSE (``<key>_h<h>``) beside each
+    baseline's (and the model's ratio to it) per horizon."""
     f = partial(number, m)
     head = ["horizon", "model", *(b.replace("_", " ") for b in m["baselines"])]
     rows = []
     for h, when in zip(m["horizons"], m["horizon_times"], strict=True):
-        cells = [f"{h} ({when:.4g})", f(f"mse_h{h}")]
+        model = m.get(f"{key}_h{h}")
+        cells = [f"{h} ({when:.4g})", f(f"{key}_h{h}")]
         for b in m["baselines"]:
-            ratio = m.get(f"ratio_h{h}_{b}")
+            ref = m.get(f"{key}_h{h}_{b}")
+            ratio = model / ref if model is not None and ref else None
             shown = "" if ratio is None else f" (x{ratio:.3g})"
-            cells.append(f"{f(f'mse_h{h}_{b}')}{shown}")
+            cells.append(f"{f(f'{key}_h{h}_{b}')}{shown}")
         rows.append(cells)
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     return "\n".join("    " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
                      for r in [head, *rows])  # fmt: skip
+
+
+def chain_lines(m: dict) -> str:
+    """The summary's tables in the tracked points and angles of a chain in joint angles (empty
+    for other files)."""
+    if f"mse_points_h{m['main_horizon']}" not in m:
+        return ""
+    unit = m.get("points_units") or "recording units"
+    return (f"  in the tracked points ({unit}²):\n{horizon_table(m, 'mse_points')}\n"
+            f"  in the joint angles (rad², wrapped):\n{horizon_table(m, 'mse_angles')}\n")  # fmt: skip
 
 
 def measured_summary(m: dict, out: Path) -> str:
@@ -531,6 +559,7 @@ def measured_summary(m: dict, out: Path) -> str:
         f"{m['main_horizon']} steps ({m['rollout_integrator']}, dt = {m['rollout_dt']:g}), "
         "up to each horizon (steps and time; model/baseline in brackets):\n"
         f"{horizon_table(m)}\n"
+        f"{chain_lines(m)}"
         f"  whole test trajectories ({m['rollout_trajectories']}, to t = "
         f"{m['rollout_horizon']:g}): mse {f('traj_mse')} ({baselines}); at "
         f"{m['short_horizon_steps']} steps (the training window) |error| {f('traj_l2_short')}; "
