@@ -15,6 +15,8 @@ baselines predict, and
     mse_h<h>_<b>     the same for baseline b (no_motion, constant_velocity, linear) on the same
                      windows; ``ratio_h<h>_<b>`` = mse_h<h> / mse_h<h>_<b> (< 1: the model is better)
     mse_per_coordinate  {model and baselines: {column: MSE at the main horizon}}
+    learned_chain    a model with the chain mass matrix: its mass matrix and friction as a
+                     compound pendulum's (``hnnsym.evaluation.chains.learned_chain``)
     mse_points_h<h>, mse_angles_h<h>   (with ``_<b>`` for the baselines) for a chain recorded
                      in joint angles (the file's ``chain`` attribute): the error in the tracked
                      points, in the recording's units² (px²), and in the wrapped angles (rad²)
@@ -56,7 +58,7 @@ from hnnsym.data.units import Units
 from hnnsym.data.velocities import VelocityMap
 from hnnsym.errors import UserError
 from hnnsym.evaluation import horizons, plots
-from hnnsym.evaluation.chains import angle_chain, chain_horizon_metrics
+from hnnsym.evaluation.chains import angle_chain, chain_horizon_metrics, learned_chain
 from hnnsym.evaluation.metrics import energies, rollout_metrics
 from hnnsym.evaluation.positions import prediction_scheme, rollout_positions
 from hnnsym.evaluation.problem import Problem, Rolled
@@ -363,6 +365,8 @@ class MeasuredPart:
             "units": units.as_attr(),
         }
         x |= {"per": per, "ok": ok}
+        if (chain := learned_chain(p.model, units.time)) is not None:
+            metrics["learned_chain"] = chain
         notes = [
             "no true H (system measured): the H and vector-field errors (h_l1, h_l1_raw, "
             "h_l1_rel, vf_l1, vf_rel), energy_drift_true_* and energy_drift_data_max are "
@@ -538,13 +542,22 @@ def horizon_table(m: dict, key: str = "mse") -> str:
 
 
 def chain_lines(m: dict) -> str:
-    """The summary's tables in the tracked points and angles of a chain in joint angles (empty
-    for other files)."""
-    if f"mse_points_h{m['main_horizon']}" not in m:
-        return ""
-    unit = m.get("points_units") or "recording units"
-    return (f"  in the tracked points ({unit}²):\n{horizon_table(m, 'mse_points')}\n"
-            f"  in the joint angles (rad², wrapped):\n{horizon_table(m, 'mse_angles')}\n")  # fmt: skip
+    """The summary's tables in the tracked points and angles of a chain in joint angles, and
+    the learned chain's mass matrix and friction (empty for other files and models)."""
+    text = ""
+    if f"mse_points_h{m['main_horizon']}" in m:
+        unit = m.get("points_units") or "recording units"
+        text += (f"  in the tracked points ({unit}²):\n{horizon_table(m, 'mse_points')}\n"
+                 f"  in the joint angles (rad², wrapped):\n{horizon_table(m, 'mse_angles')}\n")  # fmt: skip
+    if c := m.get("learned_chain"):
+
+        def show(rows: list) -> str:
+            return str([[float(f"{v:.4g}") for v in r] for r in rows])
+
+        text += (f"  learned chain: M / M₁₁ = {show(c['inertia'])} × cos(θᵢ − θⱼ), "
+                 f"anisotropy {c['anisotropy']:.3g}; friction R / M₁₁ = {show(c['friction'])} "
+                 "(1/time)\n")  # fmt: skip
+    return text
 
 
 def measured_summary(m: dict, out: Path) -> str:

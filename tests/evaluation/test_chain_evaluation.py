@@ -134,3 +134,38 @@ def test_the_summary_and_metrics_json_carry_them(chain_run) -> None:
     assert "in the tracked points (px²)" in text and "in the joint angles (rad², wrapped)" in text
     saved = json.loads((Path(m["files"]["dir"]) / "metrics.json").read_text())
     assert saved["mse_points_h25_linear"] == pytest.approx(m["mse_points_h25_linear"])
+
+
+def test_the_learned_chain_in_a_compound_pendulums_terms() -> None:
+    """A set to a compound pendulum's (links' form [[α, β], [β, γ]] ⊗ I, friction R) reads back
+    as M / M₁₁ = [[1, β/α], [β/α, γ/α]], no offsets, no anisotropy, R / α / τ."""
+    import torch
+
+    from hnnsym.evaluation.chains import learned_chain
+    from hnnsym.physics.lagrangian_models import LagrangianModel
+
+    alpha, beta, gamma, tau = 2.0, 0.3, 0.25, 0.5
+    over_links = np.kron(np.array([[alpha, beta], [beta, gamma]]), np.eye(2))
+    links_of_points = np.kron(np.array([[1.0, 0.0], [-1.0, 1.0]]), np.eye(2))
+    A = torch.as_tensor(links_of_points.T @ over_links @ links_of_points)
+    R = torch.tensor([[0.05, -0.02], [-0.02, 0.02]], dtype=torch.float64)
+    model = LagrangianModel(2, mass="chain", periodic=(0, 1)).double()
+    with torch.no_grad():
+        C = torch.linalg.cholesky(A)
+        diag = torch.log(torch.expm1(C.diagonal() - model.mass_eps))
+        model.chain_factor.copy_(C.tril(-1) + torch.diag(diag))
+        model.damping_factor.copy_(torch.linalg.cholesky(R))
+    got = learned_chain(model, tau)
+    np.testing.assert_allclose(got["inertia"], [[1, beta / alpha], [beta / alpha, gamma / alpha]],
+                               atol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(got["offsets"], np.zeros((2, 2)), atol=1e-12)
+    assert got["anisotropy"] < 1e-12
+    np.testing.assert_allclose(got["friction"], R.numpy() / alpha / tau, atol=1e-12)
+    assert learned_chain(LagrangianModel(2), tau) is None
+
+
+def test_the_chain_run_reports_its_learned_chain(chain_run) -> None:
+    _, m = chain_run
+    c = m["learned_chain"]
+    assert c["inertia"][0][0] == pytest.approx(1.0) and np.shape(c["friction"]) == (2, 2)
+    assert "learned chain: M / M₁₁" in summary(m)

@@ -205,3 +205,27 @@ def test_it_trains_with_exact_gradients() -> None:
         first,
         float(value),
     )  # measured: 0.99 -> 0.048 after 60
+
+
+@pytest.mark.parametrize(
+    "integrator, gradient",
+    [("gauss_legendre4", "symplectic_adjoint"), ("gauss_legendre4", "checkpoint"),
+     ("rk4", "symplectic_adjoint"), ("implicit_midpoint", "checkpoint")],
+)  # fmt: skip
+def test_other_integrators_and_exact_gradient_methods(integrator, gradient) -> None:
+    q, qdot, h = compound_windows(n=4, steps=4)
+    torch.manual_seed(1)
+    model = LagrangianModel(2, hidden=(8,), periodic=(0, 1), mass="chain").double()
+    with torch.no_grad():
+        model.chain_factor.add_(0.3 * torch.randn_like(model.chain_factor))
+        model.potential_linear.weight.normal_(0, 1.0)
+
+    def grads(method: str):
+        pq, pv = observed_rollout(model, q[0], qdot[0], h, 4, integrator, method)
+        value = ((pq - q) ** 2).mean() + ((pv - qdot) ** 2).mean()
+        return torch.autograd.grad(value, list(model.parameters()), allow_unused=True)
+
+    for a, b in zip(grads(gradient), grads("backprop"), strict=True):
+        assert (a is None) == (b is None)
+        if b is not None:
+            assert float((a - b).abs().max()) < 1e-10
