@@ -238,7 +238,7 @@ def chain_mapping(
                         "(ingest.velocities=smoothing or finite_difference), not from columns")  # fmt: skip
     c = build_chain(table, points_from_config(points), chain)
     if coordinates == "points":
-        return table, replace(m, positions=c.point_columns), c
+        return table, replace(m, positions=c.point_columns, isotropic=True), c
     if clash := [n for n in c.angle_columns if n in table.columns]:
         raise UserError(f"the file already has columns {clash}; rename them (ingest.names) so the "
                         "chain's angles can be added")  # fmt: skip

@@ -188,5 +188,7 @@ def test_points_coordinates_keep_the_moving_points_and_record_the_chain(
     ]))  # fmt: skip
     data = read_dataset(out, system=MEASURED, dim=4)
     assert data.attrs["observe"] == "q"
-    assert list(Units.from_attrs(data.attrs, 4).names) == ["x1", "y1", "x2", "y2"]
+    units = Units.from_attrs(data.attrs, 4)
+    assert list(units.names) == ["x1", "y1", "x2", "y2"]
+    assert len(set(units.q)) == 1  # one scale for the plane: distances keep their ratios
     assert json.loads(data.attrs["chain"])["coordinates"] == "points"
