@@ -156,7 +156,7 @@ class _CartesianBodies(nn.Module):
         if friction == "joint":
             m = self.constraints.count
             self.friction_factor = nn.Parameter(math.sqrt(friction_init) * torch.eye(m))
-            caps.add(ModelCapability.DAMPING)
+            caps |= {ModelCapability.DAMPING, Capability.FRICTION}
         self.capabilities = frozenset(caps)
 
     def mass_cholesky(self) -> Tensor:
