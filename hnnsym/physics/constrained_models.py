@@ -221,7 +221,7 @@ class _CartesianBodies(nn.Module):
             return x.new_zeros(*x.shape[:-1], self.dim, self.dim)
         P = tangent_projector(self.constraints.jacobian(x), self.inverse_mass())
         W = self.constraints.angular_velocity_map(x)
-        if W.shape[-2] != self.constraints.count:  # 3-D: C_f ⊗ I₃ on the vectors ω_k
+        if self.spatial == 3:  # C_f ⊗ I₃ on the vectors ω_k (link by link)
             C = torch.kron(self.joint_friction(), torch.eye(3, dtype=x.dtype, device=x.device))
         else:
             C = self.joint_friction()

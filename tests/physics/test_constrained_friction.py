@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from hnnsym import solve
+from hnnsym.errors import UserError
 from hnnsym.ode.dynamics import dissipative_field
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.physics.capabilities import ModelCapability
@@ -279,3 +280,7 @@ def test_generate_train_evaluate_full_mass_with_joint_friction(compose_config, t
     metrics = evaluate(compose_config("evaluate", run + ["eval.figures=false"]))
     assert metrics["rollout_failed"] == 0 and 0 < metrics["rel_err_gmean"] < 1
     assert metrics["damping_learned"] > 0 and not metrics.get("mass_learned")
+    bad = [a for a in run if not a.startswith("model.friction")] + ["model.friction=coulomb",
+                                                                    "train.overwrite=true"]  # fmt: skip
+    with pytest.raises(UserError, match="friction must be one of"):
+        train(compose_config("train", bad))
