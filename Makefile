@@ -311,7 +311,7 @@ real-data: install
 	  ingest.max_segment=24 ingest.overwrite=true
 	for run in 1 2; do $(PY) -m hnnsym.ingest \
 	  ingest.source=$(REAL_DIR)/ibm_double_pendulum_run$$run.csv ingest.names=$(IBM_NAMES) \
-	  ingest.time=null ingest.dt=0.0025 ingest.every=4 'ingest.points=$(IBM_POINTS)' ingest.chain=detect \
+	  ingest.time=null ingest.dt=0.0025 ingest.every=4 ingest.positions=[x1,y1,x2,y2] \
 	  'ingest.units=$(IBM_UNITS)' ingest.max_segment=128 \
 	  'ingest.split={val: 0.15, test: {time: [36.0, 45.0]}}' ingest.overwrite=true || exit 1; \
 	  $(PY) -m hnnsym.ingest ingest.source=$(REAL_DIR)/ibm_double_pendulum_run$$run.csv \

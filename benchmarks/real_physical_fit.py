@@ -367,13 +367,13 @@ def fit_chain_angles(path: Path, data, units: Units, asked: list[int] | None) ->
         state = horizons.horizon_mse(p, truth, hs, [0, 1])
         ang = horizons.horizon_mse(p[..., :2], truth[..., :2], hs, [0, 1])
         for h in hs:
-            out[f"mse_state_h{h}{suffix}"] = state[h]
+            out[f"mse_h{h}{suffix}"] = state[h]
             out[f"mse_angles_h{h}{suffix}"] = ang[h]
         if geometry is not None:
             pts = horizons.horizon_mse(chain_points(geometry, p[..., :2]),
                                        chain_points(geometry, truth[..., :2]), hs, [])  # fmt: skip
             for h in hs:
-                out[f"mse_h{h}{suffix}"] = pts[h]
+                out[f"mse_points_h{h}{suffix}"] = pts[h]
     return out
 
 
@@ -544,8 +544,8 @@ def markdown(results: list[dict]) -> str:
         ]
     for r in chains:
         for h in r["horizons"]:
-            for coords, key in ((r.get("units") or "points", f"mse_h{h}"),
-                                ("rad", f"mse_angles_h{h}"), ("state", f"mse_state_h{h}")):  # fmt: skip
+            for coords, key in ((r.get("units") or "points", f"mse_points_h{h}"),
+                                ("rad", f"mse_angles_h{h}"), ("state", f"mse_h{h}")):  # fmt: skip
                 if key not in r:
                     continue
                 cells = [r[key]] + [r[f"{key}_{b}"] for b in ("physical_fd", *horizons.BASELINES)]

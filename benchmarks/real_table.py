@@ -11,7 +11,10 @@ dir's parent when runs of one model differ), and writes, per recording and horiz
                     for every run of a recording, checked)
     physical        the fitted damped (coupled) oscillator, where one applies
 
-and the ratios of the h = main-horizon MSE to the physical fit and to the linear fit.
+and the ratios of the MSE to the physical fit at every horizon and, at the main horizon, to the
+linear fit; the models' mean training wall time (their ``metrics.csv``). A chain recorded in
+angles whose runs and physical fit report the tracked points' error (``mse_points_h<h>``) is
+tabled in those points.
 
     PYTHONPATH=. .venv/bin/python benchmarks/real_table.py --runs outputs/real
     -> outputs/bench/real/real_table.{csv,md}
@@ -43,11 +46,21 @@ def load_runs(root: Path) -> dict[str, dict[str, list[dict]]]:
         model = m["model_config"].get("name", "?")
         seed = m["config"].get("seed") if isinstance(m.get("config"), dict) else None
         m["_seed"], m["_run"] = seed, str(path.parent.parent)
+        m["_train_seconds"] = train_seconds(path.parent.parent / "metrics.csv")
         out[recording][model].append(m)
     for models in out.values():
         for runs in models.values():
             runs.sort(key=lambda m: (m["_seed"] is None, m["_seed"]))
     return out
+
+
+def train_seconds(path: Path) -> float | None:
+    """The training wall time of a run: the last ``wall_time`` of its ``metrics.csv`` (summed
+    over resumes by the trainer), or None without one."""
+    if not path.exists():
+        return None
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    return float(rows[-1]["wall_time"]) if rows and rows[-1].get("wall_time") else None
 
 
 def load_physical(path: Path | None) -> dict[str, dict]:
@@ -72,7 +85,10 @@ def make_row(
     H = hs[-1]
     r = {**base, "predictor": predictor, "kind": kind, "seeds": seeds}
     r |= {f"mse_h{h}": by_h.get(h) for h in hs}
-    r["ratio_physical"] = by_h[H] / phys[f"mse_h{H}"] if phys else None
+    key = "mse_points" if base["coordinates"] == "points" else "mse"
+    for h in hs:
+        r[f"ratio_physical_h{h}"] = by_h[h] / phys[f"{key}_h{h}"] if phys else None
+    r["ratio_physical"] = r[f"ratio_physical_h{H}"]
     r["ratio_linear"] = by_h[H] / ref["linear"][H] if ref["linear"][H] else None
     return r
 
@@ -87,23 +103,32 @@ def rows(runs: dict, physical: dict) -> list[dict]:
         hs = first["horizons"] if first else phys["horizons"]
         H = hs[-1]
         windows = first["windows"] if first else phys["windows"]
+        # a chain recorded in angles is scored in its tracked points (px²) where the physical
+        # fit and every run report them; otherwise in the file's own coordinates
+        points = (
+            phys is not None
+            and f"mse_points_h{H}" in phys
+            and all(f"mse_points_h{H}" in m for ms in models.values() for m in ms)
+        )
+        key = "mse_points" if points else "mse"
         ref = {}
         for b in BASELINES:  # from the runs (all must agree), else from the physical fit file
             src = first if first else phys
-            ref[b] = {h: src.get(f"mse_h{h}_{b}") for h in hs}
+            ref[b] = {h: src.get(f"{key}_h{h}_{b}") for h in hs}
             for ms in models.values():
                 for m in ms:
-                    same = all(math.isclose(m[f"mse_h{h}_{b}"], ref[b][h], rel_tol=1e-6)
+                    same = all(math.isclose(m[f"{key}_h{h}_{b}"], ref[b][h], rel_tol=1e-6)
                                for h in hs)  # fmt: skip
                     if not same:
                         raise SystemExit(f"{m['_run']}: baseline {b} differs from the other runs "
                                          f"of {recording} (other test windows?)")  # fmt: skip
         phys_h = phys and phys.get("horizons") == hs and phys.get("windows") == windows
-        base = {"recording": recording, "windows": windows, "horizons": hs}
+        base = {"recording": recording, "windows": windows, "horizons": hs,
+                "coordinates": "points" if points else "file"}  # fmt: skip
         phys_h = phys if phys_h else None
 
         for model, ms in sorted(models.items()):
-            mean = {h: sum(m[f"mse_h{h}"] for m in ms) / len(ms) for h in hs}
+            mean = {h: sum(m[f"{key}_h{h}"] for m in ms) / len(ms) for h in hs}
             r = make_row(
                 base,
                 ref,
@@ -113,7 +138,9 @@ def rows(runs: dict, physical: dict) -> list[dict]:
                 mean,
                 "model (mean)",
             )
-            r["per_seed"] = [m[f"mse_h{H}"] for m in ms]
+            r["per_seed"] = [m[f"{key}_h{H}"] for m in ms]
+            walls = [m["_train_seconds"] for m in ms if m.get("_train_seconds") is not None]
+            r["train_seconds"] = sum(walls) / len(walls) if walls else None
             r["warnings"] = sum(bool(m.get("warning")) for m in ms)
             out.append(r)
         if phys_h:
@@ -124,7 +151,7 @@ def rows(runs: dict, physical: dict) -> list[dict]:
                     phys_h,
                     "physical fit",
                     "",
-                    {h: phys[f"mse_h{h}"] for h in hs},
+                    {h: phys[f"{key}_h{h}"] for h in hs},
                     "physical",
                 )
             )
@@ -150,27 +177,34 @@ def markdown(table: list[dict], runs_root: Path, physical: Path | None) -> str:
     for recording, rs in by_rec.items():
         hs = rs[0]["horizons"]
         H = hs[-1]
+        where = (" in the tracked points (px², the file's chain geometry)"
+                 if rs[0]["coordinates"] == "points" else "")  # fmt: skip
         lines += [
-            f"**{recording}** ({rs[0]['windows']} test windows of {H} steps)",
+            f"**{recording}** ({rs[0]['windows']} test windows of {H} steps{where})",
             "",
             "| predictor | seeds | " + " | ".join(f"MSE h={h}" for h in hs)
-            + f" | ÷ physical (h={H}) | ÷ linear (h={H}) | per seed (h={H}) |",
-            "|---|---|" + "---|" * len(hs) + "---|---|---|",
+            + " | " + " | ".join(f"÷ physical h={h}" for h in hs)
+            + f" | ÷ linear (h={H}) | per seed (h={H}) | train s (mean) |",
+            "|---|---|" + "---|" * (2 * len(hs)) + "---|---|---|",
         ]  # fmt: skip
         for r in rs:
             seeds = r["seeds"] or "–"
             per = ", ".join(fmt(x) for x in r.get("per_seed", [])) or "–"
             name = f"**{r['predictor']}**" if r["kind"] == "physical" else r["predictor"]
+            wall = r.get("train_seconds")
             lines.append(f"| {name} | {seeds} | " + " | ".join(fmt(r[f"mse_h{h}"]) for h in hs)
-                         + f" | {fmt(r['ratio_physical'])} | {fmt(r['ratio_linear'])} | {per} |")  # fmt: skip
+                         + " | " + " | ".join(fmt(r[f"ratio_physical_h{h}"]) for h in hs)
+                         + f" | {fmt(r['ratio_linear'])} | {per} | "
+                         + (f"{wall:.0f}" if wall is not None else "–") + " |")  # fmt: skip
         lines.append("")
     return "\n".join(lines)
 
 
 def to_csv(table: list[dict]) -> str:
     hs = sorted({h for r in table for h in r["horizons"]})
-    cols = ["recording", "windows", "predictor", "kind", "seeds",
-            *(f"mse_h{h}" for h in hs), "ratio_physical", "ratio_linear", "per_seed"]  # fmt: skip
+    cols = ["recording", "windows", "coordinates", "predictor", "kind", "seeds",
+            *(f"mse_h{h}" for h in hs), *(f"ratio_physical_h{h}" for h in hs), "ratio_linear",
+            "per_seed", "train_seconds"]  # fmt: skip
     buf = io.StringIO()
     w = csv.DictWriter(buf, cols, extrasaction="ignore", lineterminator="\n")
     w.writeheader()

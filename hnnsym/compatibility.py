@@ -8,13 +8,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from hnnsym.config.build import model_class
+from hnnsym.data.chains import chain_system_params, tracked_points
+from hnnsym.data.units import Units
 from hnnsym.data.velocities import check_quadratic, velocity_map, velocity_problem
-from hnnsym.ode.capabilities import has
+from hnnsym.ode.capabilities import Capability, has
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.physics.capabilities import ModelCapability
 from hnnsym.physics.constraints import is_constrained_model
 from hnnsym.physics.pendulums import CARTESIAN_SYSTEMS
-from hnnsym.physics.systems import System
+from hnnsym.physics.systems import MEASURED, System
 
 
 def data_problem(
@@ -49,12 +52,27 @@ def data_problem(
     return None
 
 
-def coordinates_problem(system: str, model: object) -> str | None:
+def recording_model_config(model_cfg: dict, system: str, attrs: dict) -> dict:
+    """A constrained model's config (``Capability.CONSTRAINTS`` declared by its class: CHNN,
+    CLNN) on a recording of tracked points (``ingest.chain``, ``coordinates=points``): its
+    constraints are the recorded chain's (``chain_system_params``), and it observes (x, ẋ)
+    (``own_momenta``: the file's p = mass · ẋ is not the model's M_θ ẋ). Any other config, or
+    any other file, is returned unchanged."""
+    if system != MEASURED or not has(model_class(model_cfg), Capability.CONSTRAINTS):
+        return model_cfg
+    if not tracked_points(attrs):
+        return model_cfg
+    params = chain_system_params(attrs, Units.from_attrs(attrs, int(attrs["dim"])).q)
+    return {**model_cfg, "system": "chain_pendulum", "system_params": params, "own_momenta": True}
+
+
+def coordinates_problem(system: str, model: object, tracked: bool = False) -> str | None:
     """What is wrong (one sentence) with learning ``system`` (a registered name) with ``model``,
     or None. A Cartesian constrained system (``CARTESIAN_SYSTEMS``) needs a model that knows its
     constraints (``is_constrained_model``: CHNN, CLNN) or one with no energy at all (NODE, the
     baseline: a free field); an unconstrained H (HNN, ...) would move the bodies off their links,
-    so it belongs on the system's angle coordinates. A constrained model needs such a system."""
+    so it belongs on the system's angle coordinates. A constrained model needs such a system, or
+    a recording of tracked points (``tracked``: the file's chain, ``recording_model_config``)."""
     who = type(model).__name__
     if system in CARTESIAN_SYSTEMS:
         if is_constrained_model(model) or not has_hamiltonian(model):
@@ -70,10 +88,11 @@ def coordinates_problem(system: str, model: object) -> str | None:
             f"{who} does not know; use model=chnn or clnn (method=chnn / clnn) or the baseline "
             f"model=node there{elsewhere}"
         )
-    if is_constrained_model(model):
+    if is_constrained_model(model) and not (system == MEASURED and tracked):
         return (
             f"model {who} learns in Cartesian coordinates with constraints, but system={system} "
-            f"is not one of {sorted(CARTESIAN_SYSTEMS)}; for angle coordinates use model=hnn"
+            f"is not one of {sorted(CARTESIAN_SYSTEMS)} (nor a recording of tracked points "
+            "ingested with ingest.chain); for angle coordinates use model=hnn"
         )
     return None
 

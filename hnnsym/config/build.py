@@ -136,6 +136,16 @@ def model_spec(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+def model_class(model_cfg: Mapping[str, Any]) -> type:
+    """The class a model config builds (its ``_target_``), for what it declares
+    (``capabilities``) before it is built."""
+    target = model_spec(model_cfg)["_target_"]
+    try:
+        return hydra.utils.get_class(target)
+    except (ImportError, ValueError, AttributeError) as err:
+        raise UserError(f"model _target_ {target!r} is not an importable class ({err})") from err
+
+
 # Keys of a constrained model's config (CHNN, CLNN) that say where its constraints come from: the
 # chain's earlier spatial / graph / parameter_seed, now system_params (the data's system).
 CONSTRAINT_SOURCE_KEYS = ("spatial", "graph", "parameter_seed", "system_params")

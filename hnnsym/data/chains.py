@@ -14,7 +14,11 @@ chain ``ingest.chain`` = [fixed, p₁, …, pₙ] is given or detected (``detect
 - the **lengths** are the circle's radius and the mean distances of the other links;
 - the **joint angles** θ_k = atan2(y_k − y_{k−1}, x_k − x_{k−1}) (rad, from the image's x
   axis towards its y axis, whichever way those point: no direction of gravity is assumed),
-  with (x₀, y₀) the origin. They are new columns ``theta_<p_k>``, ingested as angles.
+  with (x₀, y₀) the origin. They are new columns ``theta_<p_k>``, ingested as angles
+  (``coordinates=angles``); or
+- the **points** relative to the origin (``coordinates=points``): the moving points' columns
+  minus the origin, all scaled alike (``Mapping.isotropic``), so the chain's constraints are
+  |x₁| = l₁, |x_k − x_{k−1}| = l_k in the stored units (``chain_system_params``).
 
 ``Chain.as_attr`` is the file's ``chain`` attribute (JSON): the points in order, the fixed
 one, the origin and lengths in the recording's units, the angle columns; so evaluation can map
@@ -82,6 +86,7 @@ class Chain:
             "origin": list(self.origin), "lengths": self.lengths, "link_spread": self.spreads,
             "fixed_mean": list(self.fixed_mean), "coordinates": coordinates,
             "angles": self.angle_columns, "units": unit,
+            "relative_to_origin": coordinates == "points",
         })  # fmt: skip
 
 
@@ -237,11 +242,33 @@ def chain_mapping(
         raise UserError("a tracked chain takes its velocities from its positions "
                         "(ingest.velocities=smoothing or finite_difference), not from columns")  # fmt: skip
     c = build_chain(table, points_from_config(points), chain)
-    if coordinates == "points":
-        return table, replace(m, positions=c.point_columns), c
+    if coordinates == "points":  # relative to the origin: the constraints' anchor is 0
+        table = table.copy()
+        for p in c.points:
+            for column, o in zip(c.columns[p], c.origin):
+                table[column] = table[column] - o
+        return table, replace(m, positions=c.point_columns, isotropic=True), c
     if clash := [n for n in c.angle_columns if n in table.columns]:
         raise UserError(f"the file already has columns {clash}; rename them (ingest.names) so the "
                         "chain's angles can be added")  # fmt: skip
     table = table.copy()
     table[c.angle_columns] = c.angles(table)
     return table, replace(m, positions=c.angle_columns, angles=c.angle_columns), c
+
+
+def tracked_points(attrs: dict) -> bool:
+    """Whether a data file holds the points of a tracked chain (``coordinates=points``)."""
+    return "chain" in attrs and json.loads(attrs["chain"]).get("coordinates") == "points"
+
+
+def chain_system_params(attrs: dict, units_q: tuple[float, ...]) -> dict | None:
+    """The ``chain_pendulum`` parameters (links, lengths in the stored units, unit masses) whose
+    constraints are those of a recording of tracked points (``coordinates=points``; ``units_q``:
+    its position scales, one for the plane), or None when the file has no such chain. Only the
+    constraints are used: the masses and gravity of ``chain_pendulum`` are not."""
+    if not tracked_points(attrs):
+        return None
+    chain = json.loads(attrs["chain"])
+    a = float(units_q[0])
+    n = len(chain["lengths"])
+    return {"links": n, "lengths": [float(v) / a for v in chain["lengths"]], "masses": [1.0] * n}

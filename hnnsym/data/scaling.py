@@ -64,11 +64,15 @@ def choose_units(segments: list[Segment], m: Mapping, o: Options, dt: float,
     if unknown := [k for k in given if k not in ("time", "q", "action")]:
         raise UserError(f"ingest.scale has no key {unknown[0]!r}; it takes time, q, action")
     tau, a, c = auto_scales(segments, m.dim, periodic, dt, o.mass)
+    if m.isotropic:  # distances must keep their ratios: one scale for every coordinate
+        a = [_pow2(_geomean(np.asarray(a)))] * m.dim
     try:
         tau = float(given.get("time", tau))
         c = float(given.get("action", c))
         if "q" in given:
             q = as_list(given["q"])
+            if m.isotropic and len(set(map(float, q))) > 1:
+                raise ValueError
             if len(q) == 1:
                 q = [1.0 if j in periodic else float(q[0]) for j in range(m.dim)]
             if len(q) != m.dim:
@@ -76,7 +80,7 @@ def choose_units(segments: list[Segment], m: Mapping, o: Options, dt: float,
             a = [float(v) for v in q]
     except (TypeError, ValueError) as err:
         raise UserError(f"ingest.scale={scale!r}: time and action are numbers, q one number or "
-                        f"one per position ({m.dim})") from err  # fmt: skip
+                        f"one per position ({m.dim}; one for tracked points)") from err  # fmt: skip
     if bad := [m.positions[j] for j in periodic if a[j] != 1.0]:
         raise UserError(f"ingest.scale.q: angle column {bad[0]} is never scaled; give 1 for it")
     if not all(math.isfinite(v) and v > 0 for v in (tau, c, *a)):

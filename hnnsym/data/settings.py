@@ -30,6 +30,7 @@ class Mapping:
     momenta: list[str] | None = None
     velocities: list[str] | str | None = None
     angles: list[str] = field(default_factory=list)
+    isotropic: bool = False  # the positions are points in a plane: one scale for all of them
 
     @property
     def dim(self) -> int:

@@ -26,10 +26,16 @@ from torch import nn
 
 from hnnsym.artifacts import now_utc, sha256, versions, write_text
 from hnnsym.checkpoints import run_checkpoint, trained_options
-from hnnsym.compatibility import coordinates_problem, data_problem, momenta_problem
+from hnnsym.compatibility import (
+    coordinates_problem,
+    data_problem,
+    momenta_problem,
+    recording_model_config,
+)
 from hnnsym.config.build import model_from_checkpoint, model_spec, same_model
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
+from hnnsym.data.chains import tracked_points
 from hnnsym.data.hdf5 import Dataset, made_by_generate, read_dataset
 from hnnsym.data.velocities import velocity_map
 from hnnsym.errors import UserError
@@ -69,18 +75,22 @@ def load_run(
         Path(cfg.run_dir), e.checkpoint, f"run `{train_command()}` first"
     )
     asked = OmegaConf.to_container(cfg.model, resolve=True)
+    system: System = system_from_config(payload["system"])
+    attrs = (
+        read_dataset(Path(cfg.data_file), splits=()).attrs if Path(cfg.data_file).is_file() else {}
+    )
+    asked = recording_model_config(asked, system.name, attrs)  # as train adapted it
     if not same_model(model_spec(payload["model_config"]), model_spec(asked)):
         raise UserError(
             f"checkpoint {ckpt_path} holds model {payload['model_config']}, but the config asks for "
             f"{asked}; evaluate with the overrides the run was trained with"
         )
     model = build_model(payload, ckpt_path, device, dtype)
-    system: System = system_from_config(payload["system"])
     if system.dim != payload["dim"]:
         raise UserError(
             f"checkpoint {ckpt_path}: dim {payload['dim']}, {system.name} has {system.dim}"
         )
-    if problem := coordinates_problem(system.name, model):  # Finzi et al.'s coordinates
+    if problem := coordinates_problem(system.name, model, tracked_points(attrs)):
         raise UserError(f"checkpoint {ckpt_path}: {problem}")
     return ckpt_path, payload, model, system
 

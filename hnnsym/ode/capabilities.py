@@ -29,6 +29,9 @@ class Capability(StrEnum):
     CONSTRAINTS = "constraints"  # position_constraints(x) -> Φ(x) (B, m), holonomic Φ = 0
     CONSTRAINT_JACOBIAN = "constraint_jacobian"  # position_constraints_jacobian(x) -> DΦ (B, m, n)
     MASS_MATRIX = "mass_matrix"  # mass_matrix() -> M (n, n), constant SPD
+    # friction_matrix(q) -> R_pp(q) (B, n, n), PSD, with G(q) M⁻¹ R_pp = 0: the field is ṗ −=
+    # R_pp ∂H/∂p besides H's (a constrained model's friction in the tangent space; RATTLE splits it)
+    FRICTION = "friction"
 
 
 REQUIRES: dict[str, tuple[str, ...]] = {
@@ -42,6 +45,7 @@ REQUIRES: dict[str, tuple[str, ...]] = {
     Capability.CONSTRAINTS: ("position_constraints",),
     Capability.CONSTRAINT_JACOBIAN: ("position_constraints_jacobian",),
     Capability.MASS_MATRIX: ("mass_matrix",),
+    Capability.FRICTION: ("friction_matrix", "mass_matrix"),
 }
 
 DEFAULT: frozenset[str] = frozenset({Capability.HAMILTONIAN})

@@ -1,18 +1,43 @@
 """Learned constrained mechanics in Cartesian coordinates (Finzi et al.): CHNN and CLNN.
 
 Both learn, for states z = [x, p] of N point masses (x ∈ R^{N·s}, body-major, p = M ẋ as the data
-store it), a constant mass matrix M_θ = diag(exp(log_mass_i)) per body (positive definite by
-construction) and a potential V_θ(x), an MLP (the reference's: 3 × 256, tanh, orthogonal initial
-weights), with the known constraints of the data's system (``constrained_system_of``: its tethers
-to fixed anchors, links between bodies, lengths and spatial dimension s; the planar chain, s = 2,
-or the 3-D coupled pendulum, s = 3). They differ in how the constraints enter
-(``_CartesianBodies`` holds what they share):
+store it), a constant mass matrix M_θ and a potential V_θ(x), an MLP (the reference's: 3 × 256,
+tanh, orthogonal initial weights), with the known constraints of the data's system
+(``constrained_system_of``: its tethers to fixed anchors, links between bodies, lengths and
+spatial dimension s; the planar chain, s = 2, or the 3-D coupled pendulum, s = 3). They differ in
+how the constraints enter (``_CartesianBodies`` holds what they share).
+
+``mass``: ``body`` (the default), M_θ = diag(exp(log_mass_i)) with one mass per body, point
+masses; ``full``, M_θ = C Cᵀ over all n Cartesian coordinates, C lower triangular with diagonal
+softplus(·) + ``mass_eps``, symmetric positive definite by construction. The full form is exact
+for rigid extended bodies moving under the constraints: a uniform rod of mass m between points a
+and b has T = m/6 (|ȧ|² + ȧ·ḃ + |ḃ|²), a constant quadratic form that is not diagonal, and a
+compound pendulum's T is a sum of such forms (tests/physics/test_constrained_full_mass.py checks
+a double pendulum of two rods against its angle-coordinate solution). It declares no per-body
+masses (``ModelCapability.MASSES``); ``mass_matrix()`` gives M_θ in either form.
+
+``friction``: ``none`` (the default, conservative) or ``joint``, the Rayleigh dissipation
+½ ωᵀ C_f ω of the angular velocities ω = W(x) ẋ of the links and tethers
+(``DistanceConstraints.angular_velocity_map``), C_f = L Lᵀ (m × m, L lower triangular, starting
+at ``friction_init`` · I) positive semi-definite: viscous friction at the joints of a chain
+(c₁ω₁² + c₂(ω₂ − ω₁)² is such a form) and between any links. The force acts through the
+M_θ-orthogonal projector P onto the tangent space (``tangent_projector``),
+F = −Pᵀ Wᵀ C_f W P ẋ, so that DΦ M_θ⁻¹ F = 0: it changes neither Φ̇ nor the multipliers, and the
+damped fields keep the manifold as the conservative ones do. It is the port-Hamiltonian form
+(J⁻¹ − R)∇H with R = diag(0, R_pp(x)), R_pp = Pᵀ Wᵀ C_f W P (``damping_matrix``), so
+dH_θ/dt = −ẋᵀ R_pp ẋ ≤ 0 (``ModelCapability.DAMPING``). ``integrator=rattle`` steps it by a
+Strang splitting with the exact friction flow at fixed x (``hnnsym.ode.integrators.rattle``).
+
+No direction of space is assumed: V_θ is an MLP of all coordinates and the friction reads only
+relative positions, so data whose "down" is not −y (a film's pixel axes) need no rotation.
+
+What differs between the two:
 
 ``CHNN``: H_θ(x, p) = ½ pᵀM_θ⁻¹p + V_θ(x); ``vector_field`` is the projected field
 ż = P(z) J∇H_θ of ``hnnsym.physics.constraints`` (Ψ = [Φ, Φ̇], Φ̇ = DΦ M_θ⁻¹ p with the learned
-mass).
+mass), plus [0, F] with joint friction (unchanged by that projection).
 
-``CLNN``: L_θ(x, ẋ) = ½ ẋᵀM_θẋ − V_θ(x) with Lagrange multipliers: M_θ ẍ = −∇V_θ − DΦᵀλ, λ from
+``CLNN``: L_θ(x, ẋ) = ½ ẋᵀM_θẋ − V_θ(x) with Lagrange multipliers: M_θ ẍ = −∇V_θ + F − DΦᵀλ, λ from
 the acceleration-level constraint DΦ ẍ + (d/dt DΦ) ẋ = 0 (``multiplier_acceleration``). On the
 data's state [x, p] it is the field ẋ = M_θ⁻¹p, ṗ = M_θ ẍ. (The Euler–Lagrange equations of L_θ in
 full, d/dt ∂L/∂ẋ − ∂L/∂x = −DΦᵀλ, reduce to this because ∂²L/∂ẋ² = M_θ is constant and
@@ -35,21 +60,32 @@ config passes ``system.name`` and ``system.params``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.nn.functional import softplus
 
 from hnnsym.ode.capabilities import Capability
 from hnnsym.physics.capabilities import ModelCapability
-from hnnsym.physics.constraints import constrained_vector_field, multiplier_acceleration
+from hnnsym.physics.constraints import (
+    constrained_vector_field,
+    inverse_mass_times,
+    multiplier_acceleration,
+    tangent_projector,
+)
 from hnnsym.physics.models import mlp, mlp_gradient
 from hnnsym.physics.pendulums import CARTESIAN_SYSTEMS, constrained_system_of
 
+MASS_KINDS = ("body", "full")
+FRICTION_KINDS = ("none", "joint")
+
 
 class _CartesianBodies(nn.Module):
-    """Point masses with learned M_θ (one log-mass per body) and V_θ under the constraints of the
-    system ``system`` with ``system_params`` (``constrained_system_of``); the energy
+    """Point masses (or rigid bodies through their points) with learned M_θ (``mass``) and V_θ
+    under the constraints of the system ``system`` with ``system_params``
+    (``constrained_system_of``), and optional joint friction (``friction``); the energy
     H_θ(x, p) = ½ pᵀM_θ⁻¹p + V_θ(x). Subclasses define ``vector_field``. ``dim`` = N · spatial.
     ``spatial``, ``graph`` and ``parameter_seed`` are keys of the chain's earlier configs (and
     checkpoints): without ``system_params``, the chain of dim/2 links drawn from
@@ -71,6 +107,10 @@ class _CartesianBodies(nn.Module):
         spatial: int | None = None,
         graph: str | None = None,
         parameter_seed: int | None = None,
+        mass: str = "body",
+        mass_eps: float = 1e-3,
+        friction: str = "none",
+        friction_init: float = 0.01,
     ):
         super().__init__()
         who = type(self).__name__
@@ -83,6 +123,14 @@ class _CartesianBodies(nn.Module):
             raise ValueError(
                 f"graph must be 'chain' (system=chain_pendulum) or null, got {graph!r}"
             )
+        if mass not in MASS_KINDS:
+            raise ValueError(f"{who}: mass must be one of {MASS_KINDS}, got {mass!r}")
+        if friction not in FRICTION_KINDS:
+            raise ValueError(f"{who}: friction must be one of {FRICTION_KINDS}, got {friction!r}")
+        if not (math.isfinite(mass_eps) and mass_eps > 0):
+            raise ValueError(f"{who}: mass_eps must be finite and > 0, got {mass_eps}")
+        if not (math.isfinite(friction_init) and friction_init > 0):
+            raise ValueError(f"{who}: friction_init must be finite and > 0, got {friction_init}")
         try:
             cart = constrained_system_of(system, dim, system_params, parameter_seed)
         except ValueError as err:
@@ -94,22 +142,47 @@ class _CartesianBodies(nn.Module):
         self.dim, self.spatial = dim, cart.spatial
         self.bodies = cart.constraints.bodies
         self.constraints = cart.constraints
+        self.mass_kind, self.mass_eps, self.friction_kind = mass, float(mass_eps), friction
         self.potential_net = mlp(dim, hidden, activation)
         for layer in self.potential_net.modules():
             if isinstance(layer, nn.Linear):
                 nn.init.orthogonal_(layer.weight)
-        self.log_mass = nn.Parameter(torch.zeros(self.bodies))
+        caps = set(type(self).capabilities)
+        if mass == "body":
+            self.log_mass = nn.Parameter(torch.zeros(self.bodies))
+        else:  # C starts at I (M_θ = I, as log_mass = 0 does)
+            self.mass_factor = nn.Parameter(torch.eye(dim) * _softplus_inverse(1.0 - self.mass_eps))
+            caps.discard(ModelCapability.MASSES)
+        if friction == "joint":
+            m = self.constraints.count
+            self.friction_factor = nn.Parameter(math.sqrt(friction_init) * torch.eye(m))
+            caps |= {ModelCapability.DAMPING, Capability.FRICTION}
+        self.capabilities = frozenset(caps)
+
+    def mass_cholesky(self) -> Tensor:
+        """C (n, n) with M_θ = C Cᵀ (``mass=full``): lower triangular, diagonal
+        softplus(·) + mass_eps."""
+        raw = torch.tril(self.mass_factor, -1)
+        return raw + torch.diag(softplus(torch.diagonal(self.mass_factor)) + self.mass_eps)
 
     def inverse_mass(self) -> Tensor:
-        """diag(M_θ⁻¹) (n,)."""
-        return torch.exp(-self.log_mass).repeat_interleave(self.spatial)
+        """M_θ⁻¹: its diagonal (n,) for ``mass=body``, the matrix (n, n) for ``full`` (the forms
+        ``hnnsym.physics.constraints.inverse_mass_times`` takes)."""
+        if self.mass_kind == "body":
+            return torch.exp(-self.log_mass).repeat_interleave(self.spatial)
+        return torch.cholesky_inverse(self.mass_cholesky())
 
     def mass_matrix(self) -> Tensor:
-        """M_θ (n, n), diagonal, one learned mass per body."""
-        return torch.diag(torch.exp(self.log_mass).repeat_interleave(self.spatial))
+        """M_θ (n, n): diagonal with one learned mass per body, or C Cᵀ."""
+        if self.mass_kind == "body":
+            return torch.diag(torch.exp(self.log_mass).repeat_interleave(self.spatial))
+        C = self.mass_cholesky()
+        return C @ C.T
 
     def masses(self) -> Tensor:
-        """The learned body masses (N,)."""
+        """The learned body masses (N,) (``mass=body``)."""
+        if self.mass_kind != "body":
+            raise ValueError("mass=full learns a mass matrix, not one mass per body")
         return torch.exp(self.log_mass)
 
     def potential(self, x: Tensor) -> Tensor:
@@ -122,12 +195,49 @@ class _CartesianBodies(nn.Module):
     def forward(self, y: Tensor) -> Tensor:
         """The energy H_θ(x, p) (...,)."""
         x, p = y[..., : self.dim], y[..., self.dim :]
-        return 0.5 * (p * p * self.inverse_mass()).sum(-1) + self.potential(x)
+        inverse_mass = self.inverse_mass()
+        if self.mass_kind == "body":
+            kinetic = 0.5 * (p * p * inverse_mass).sum(-1)
+        else:
+            kinetic = 0.5 * (p * (p @ inverse_mass)).sum(-1)
+        return kinetic + self.potential(x)
 
     def energy_gradient(self, y: Tensor) -> Tensor:
         """∇H_θ = [∇V_θ(x), M_θ⁻¹p] in closed form."""
         x, p = y[..., : self.dim], y[..., self.dim :]
-        return torch.cat([self.potential_gradient(x), p * self.inverse_mass()], -1)
+        v = inverse_mass_times(self.inverse_mass(), p)
+        return torch.cat([self.potential_gradient(x).expand_as(v), v], -1)  # V linear: (1, n)
+
+    def joint_friction(self) -> Tensor:
+        """C_f = L Lᵀ (m, m), positive semi-definite: the Rayleigh form of the links' angular
+        velocities (``friction=joint``)."""
+        L = torch.tril(self.friction_factor)
+        return L @ L.T
+
+    def friction_matrix(self, x: Tensor) -> Tensor:
+        """R_pp(x) = Pᵀ Wᵀ C_f W P (..., n, n), the friction force being −R_pp ẋ (module doc);
+        zeros for ``friction=none``."""
+        if self.friction_kind == "none":
+            return x.new_zeros(*x.shape[:-1], self.dim, self.dim)
+        P = tangent_projector(self.constraints.jacobian(x), self.inverse_mass())
+        W = self.constraints.angular_velocity_map(x)
+        if self.spatial == 3:  # C_f ⊗ I₃ on the vectors ω_k (link by link)
+            C = torch.kron(self.joint_friction(), torch.eye(3, dtype=x.dtype, device=x.device))
+        else:
+            C = self.joint_friction()
+        WP = W @ P
+        return WP.mT @ C @ WP
+
+    def damping_matrix(self, y: Tensor) -> Tensor:
+        """R = diag(0, R_pp(x)) (..., 2n, 2n): the damped field is (J⁻¹ − R)∇H_θ, projected."""
+        R_pp = self.friction_matrix(y[..., : self.dim])
+        R = R_pp.new_zeros(*R_pp.shape[:-2], 2 * self.dim, 2 * self.dim)
+        R[..., self.dim :, self.dim :] = R_pp
+        return R
+
+    def friction_force(self, x: Tensor, v: Tensor) -> Tensor:
+        """F = −R_pp(x) v (..., n) at velocities v."""
+        return -(self.friction_matrix(x) @ v[..., None])[..., 0]
 
     def vector_field(self, y: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -141,14 +251,23 @@ class _CartesianBodies(nn.Module):
         return self.constraints.jacobian(x)
 
 
+def _softplus_inverse(y: float) -> float:
+    """x with softplus(x) = y > 0."""
+    return y + math.log(-math.expm1(-y))
+
+
 class CHNN(_CartesianBodies):
     """Constrained HNN on constrained point masses (module doc)."""
 
     def vector_field(self, y: Tensor) -> Tensor:
-        """ż = P(z) J∇H_θ (..., 2n)."""
-        return constrained_vector_field(
-            self.constraints, self.inverse_mass(), self.energy_gradient(y), y
-        )
+        """ż = P(z) J∇H_θ (..., 2n), plus [0, F] with friction."""
+        inverse_mass = self.inverse_mass()
+        grad = self.energy_gradient(y)
+        field = constrained_vector_field(self.constraints, inverse_mass, grad, y)
+        if self.friction_kind == "none":
+            return field
+        force = self.friction_force(y[..., : self.dim], grad[..., self.dim :])
+        return field + torch.cat([torch.zeros_like(force), force], -1)
 
 
 class CLNN(_CartesianBodies):
@@ -156,18 +275,25 @@ class CLNN(_CartesianBodies):
 
     def lagrangian(self, x: Tensor, v: Tensor) -> Tensor:
         """L_θ(x, ẋ) (...,)."""
-        return 0.5 * (v * v / self.inverse_mass()).sum(-1) - self.potential(x)
+        if self.mass_kind == "body":
+            kinetic = 0.5 * (v * v / self.inverse_mass()).sum(-1)
+        else:
+            kinetic = 0.5 * (v * (v @ self.mass_matrix())).sum(-1)
+        return kinetic - self.potential(x)
 
     def acceleration(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """(ẍ, λ) of M_θ ẍ = −∇V_θ − DΦᵀλ, Φ̈ = 0, at positions x and velocities v (..., n)."""
-        return multiplier_acceleration(
-            self.constraints, self.inverse_mass(), -self.potential_gradient(x), x, v
-        )
+        """(ẍ, λ) of M_θ ẍ = −∇V_θ + F − DΦᵀλ, Φ̈ = 0, at positions x and velocities v (..., n)."""
+        force = -self.potential_gradient(x)
+        if self.friction_kind != "none":
+            force = force + self.friction_force(x, v)
+        return multiplier_acceleration(self.constraints, self.inverse_mass(), force, x, v)
 
     def vector_field(self, y: Tensor) -> Tensor:
         """[ẋ, ṗ] = [M_θ⁻¹p, M_θ ẍ] (..., 2n)."""
         x, p = y[..., : self.dim], y[..., self.dim :]
         inverse_mass = self.inverse_mass()
-        v = p * inverse_mass
+        v = inverse_mass_times(inverse_mass, p)
         a, _ = self.acceleration(x, v)
-        return torch.cat([v, a / inverse_mass], -1)
+        if self.mass_kind == "body":
+            return torch.cat([v, a / inverse_mass], -1)
+        return torch.cat([v, a @ self.mass_matrix()], -1)

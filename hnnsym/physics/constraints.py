@@ -3,7 +3,10 @@ Wilson 2020): their geometry, the projection of states onto the manifold, ``Cons
 
 States z = [x, p]: x ∈ Rⁿ the Cartesian positions of N point masses in ``spatial`` dimensions,
 body-major (n = N·spatial: x₁, y₁, x₂, y₂, …), p ∈ Rⁿ their momenta, p = M ẋ with a constant
-diagonal mass matrix M (one mass per body, repeated per coordinate). Holonomic constraints
+symmetric positive definite mass matrix M: diagonal (one mass per body, repeated per coordinate;
+the functions below then take the diagonal of M⁻¹, (n,)) or full (an extended body such as a rod,
+whose kinetic energy is a non-diagonal quadratic form in its end points' velocities; they take
+M⁻¹ itself, (n, n): ``inverse_mass_times``). Holonomic constraints
 Φ(x) = 0 (m of them) are rigid distances, ``DistanceConstraints``: |x_i − x_j|² − l² for a link
 and |x_i − a|² − l² for a tether to the fixed point a.
 
@@ -19,6 +22,11 @@ tolerance. The projection only needs DΦ, which for distances does not depend on
 
 The Lagrange-multiplier form (CLNN's, ``multiplier_acceleration``): M ẍ = f − DΦᵀλ with λ from
 Φ̈ = DΦ ẍ + (d/dt DΦ) ẋ = 0; on Φ̇ = 0 it is the same field as the projection's.
+
+Friction in the tangent space (``tangent_projector``, ``DistanceConstraints.angular_velocity_map``):
+a force F = −P_Mᵀ K P_M ẋ with K positive semi-definite and P_M = I − M⁻¹DΦᵀ(DΦ M⁻¹DΦᵀ)⁻¹DΦ the
+M-orthogonal projector onto the tangent space {DΦ v = 0} has DΦ M⁻¹ F = 0: it changes neither Φ̇
+nor the multipliers, so a field or a step that keeps Φ̇ = 0 without it keeps it with it.
 """
 
 from __future__ import annotations
@@ -111,16 +119,53 @@ class DistanceConstraints:
         """∂Φ̇/∂x at velocity v (..., m, n) (DΦ is linear in x: the Jacobian of E v)."""
         return self._outer(self.relative(v, anchored=False))
 
+    def angular_velocity_map(self, x: Tensor) -> Tensor:
+        """W(x) with ω = W ẋ the angular velocities ω_k = r_k × ṙ_k / |r_k|² of the m links and
+        tethers (r_k = ``relative``): (..., m, n) in the plane (ω_k a scalar), (..., 3m, n) in
+        3-D (ω_k a vector, link by link). For a velocity tangent to the manifold this
+        is the link's rotation rate; no direction of space is singled out."""
+        r = self.relative(x)  # (..., m, s)
+        E = self.incidence.to(x)
+        scaled = r / (r * r).sum(-1, keepdim=True)
+        if self.spatial == 2:  # ω = r × ṙ / |r|² = (−r_y, r_x) · ṙ / |r|²: rows (..., m, 1, s)
+            rows = torch.stack([-scaled[..., 1], scaled[..., 0]], -1)[..., None, :]
+        elif self.spatial == 3:  # ω = [r]ₓ ṙ / |r|²
+            a, b, c = scaled.unbind(-1)
+            zero = torch.zeros_like(a)
+            rows = torch.stack([torch.stack([zero, -c, b], -1), torch.stack([c, zero, -a], -1),
+                                torch.stack([-b, a, zero], -1)], -2)  # fmt: skip
+        else:
+            raise ValueError(
+                f"angular velocities need 2 or 3 spatial dimensions, not {self.spatial}"
+            )
+        out = E[:, None, :, None] * rows[..., :, :, None, :]  # (..., m, k, N, s)
+        return out.reshape(*x.shape[:-1], self.count * rows.shape[-2], self.n)
+
+
+def inverse_mass_times(inverse_mass: Tensor, w: Tensor) -> Tensor:
+    """M⁻¹ applied along the last axis of w (..., n) (rows of a (..., m, n) matrix: D M⁻¹), for
+    ``inverse_mass`` the diagonal of a diagonal M⁻¹ (n,) or a full symmetric M⁻¹ (n, n)."""
+    return w * inverse_mass if inverse_mass.dim() == 1 else w @ inverse_mass
+
+
+def tangent_projector(D: Tensor, inverse_mass: Tensor) -> Tensor:
+    """P_M = I − M⁻¹DΦᵀ(DΦ M⁻¹DΦᵀ)⁻¹DΦ (..., n, n) for DΦ = ``D`` (..., m, n): the projector onto
+    the tangent space {DΦ v = 0} orthogonal in the M inner product (P_Mᵀ M = M P_M), so
+    DΦ M⁻¹ P_Mᵀ = 0. ``inverse_mass`` as in ``inverse_mass_times``."""
+    DMinv = inverse_mass_times(inverse_mass, D)  # (..., m, n)
+    eye = torch.eye(D.shape[-1], dtype=D.dtype, device=D.device)
+    return eye - DMinv.mT @ torch.linalg.solve(DMinv @ D.mT, D)
+
 
 def constraint_gradient(
     constraints: DistanceConstraints, x: Tensor, p: Tensor, inverse_mass: Tensor
 ) -> Tensor:
     """G = ∇_z Ψ (..., 2n, 2m) for Ψ = [Φ(x), Φ̇(x, M⁻¹p)], ``inverse_mass`` the diagonal of M⁻¹
-    (n,): columns [DΦᵀ; 0] and [(∂Φ̇/∂x)ᵀ; M⁻¹DΦᵀ]."""
+    (n,) or M⁻¹ (n, n): columns [DΦᵀ; 0] and [(∂Φ̇/∂x)ᵀ; M⁻¹DΦᵀ]."""
     D = constraints.jacobian(x)  # (..., m, n)
-    Dv = constraints.velocity_jacobian(p * inverse_mass)
+    Dv = constraints.velocity_jacobian(inverse_mass_times(inverse_mass, p))
     top = torch.cat([D, Dv], -2)  # (..., 2m, n): ∂Ψ/∂x
-    bottom = torch.cat([torch.zeros_like(D), D * inverse_mass], -2)  # ∂Ψ/∂p
+    bottom = torch.cat([torch.zeros_like(D), inverse_mass_times(inverse_mass, D)], -2)  # ∂Ψ/∂p
     return torch.cat([top, bottom], -1).transpose(-1, -2)
 
 
@@ -158,14 +203,14 @@ def multiplier_acceleration(
 ) -> tuple[Tensor, Tensor]:
     """(ẍ, λ) of M ẍ = f − DΦᵀλ with DΦ ẍ + (d/dt DΦ) ẋ = 0 (Lagrange multipliers; Φ̈ = 0).
 
-    ``inverse_mass`` the diagonal of a constant M⁻¹ (n,), ``force`` f (..., n), positions x and
+    ``inverse_mass`` a constant M⁻¹ (``inverse_mass_times``), ``force`` f (..., n), positions x and
     velocities v (..., n). The (n+m) saddle system is solved by its Schur complement
     S = DΦ M⁻¹ DΦᵀ (m × m, positive definite for independent constraints):
     S λ = DΦ M⁻¹ f + (d/dt DΦ) v, ẍ = M⁻¹(f − DΦᵀλ); d/dt DΦ = DΦ(v) without anchors
     (``velocity_jacobian``), as DΦ is linear in x. Returns ẍ (..., n), λ (..., m)."""
     D = constraints.jacobian(x)  # (..., m, n)
-    MinvDt = (D * inverse_mass).transpose(-1, -2)  # (..., n, m)
-    free = force * inverse_mass
+    MinvDt = inverse_mass_times(inverse_mass, D).transpose(-1, -2)  # (..., n, m)
+    free = inverse_mass_times(inverse_mass, force)
     rhs = D @ free[..., None] + constraints.velocity_jacobian(v) @ v[..., None]
     lam = torch.linalg.solve(D @ MinvDt, rhs)
     return free - (MinvDt @ lam)[..., 0], lam[..., 0]
@@ -178,7 +223,7 @@ def constraint_violation(
     n = constraints.n
     x, p = states[..., :n], states[..., n:]
     phi = constraints.phi(x).abs().max()
-    phidot = constraints.velocity(x, p * inverse_mass.to(states)).abs().max()
+    phidot = constraints.velocity(x, inverse_mass_times(inverse_mass.to(states), p)).abs().max()
     return float(phi), float(phidot)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hnnsym.artifacts import (
     claim_output_dir,
@@ -26,7 +26,12 @@ from hnnsym.checkpoints import (
     provenance,
     resume_from,
 )
-from hnnsym.compatibility import coordinates_problem, data_problem, momenta_problem
+from hnnsym.compatibility import (
+    coordinates_problem,
+    data_problem,
+    momenta_problem,
+    recording_model_config,
+)
 from hnnsym.config.build import (
     build_gradient,
     build_integrator,
@@ -36,6 +41,7 @@ from hnnsym.config.build import (
 )
 from hnnsym.config.runtime import configure, resolve_dtype
 from hnnsym.config.schemas import validated
+from hnnsym.data.chains import tracked_points
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.units import Units
 from hnnsym.data.velocities import velocity_map
@@ -97,6 +103,12 @@ def train(cfg: DictConfig) -> TrainResult:
             f"{stored.get(differ[0])!r}, the config's {system.params[differ[0]]!r}; train with the "
             "system overrides it was generated with"
         )
+    adapted = recording_model_config(
+        OmegaConf.to_container(cfg.model, resolve=True), system.name, data.attrs
+    )
+    if adapted != OmegaConf.to_container(cfg.model, resolve=True):
+        with open_dict(cfg):
+            cfg.model = adapted
     model_periodic(cfg, Units.from_attrs(data.attrs, system.dim).periodic, data_file)
     obs_dt = float(data.attrs["obs_dt"])
     angles = list(cfg.model.get("periodic") or [])
@@ -237,7 +249,7 @@ def build_trainer(
     observes = getattr(loss, "observes", "qp")
     if problem := data_problem(observes, width, dim, model, cfg.method.name, str(data_file)):
         raise UserError(problem)
-    if problem := coordinates_problem(system["name"], model):  # Finzi et al.'s coordinates
+    if problem := coordinates_problem(system["name"], model, tracked_points(attrs or {})):
         raise UserError(problem)
     optimizer = build_optimizer(t, model)
     scheduler = build_scheduler(t, optimizer)

@@ -15,6 +15,7 @@ from scipy.integrate import solve_ivp
 from hnnsym.data.chains import (
     build_chain,
     chain_mapping,
+    chain_system_params,
     detect_chain,
     fit_circle,
     points_from_config,
@@ -188,5 +189,16 @@ def test_points_coordinates_keep_the_moving_points_and_record_the_chain(
     ]))  # fmt: skip
     data = read_dataset(out, system=MEASURED, dim=4)
     assert data.attrs["observe"] == "q"
-    assert list(Units.from_attrs(data.attrs, 4).names) == ["x1", "y1", "x2", "y2"]
-    assert json.loads(data.attrs["chain"])["coordinates"] == "points"
+    units = Units.from_attrs(data.attrs, 4)
+    assert list(units.names) == ["x1", "y1", "x2", "y2"]
+    assert len(set(units.q)) == 1  # one scale for the plane: distances keep their ratios
+    chain = json.loads(data.attrs["chain"])
+    assert chain["coordinates"] == "points" and chain["relative_to_origin"]
+    # stored relative to the origin: the chain's constraints hold in the stored units
+    x = data.splits["train"].observed.reshape(-1, 4)
+    params = chain_system_params(data.attrs, units.q)
+    assert params["links"] == 2
+    r1 = np.linalg.norm(x[:, :2], axis=1)
+    r2 = np.linalg.norm(x[:, 2:] - x[:, :2], axis=1)
+    np.testing.assert_allclose([r1.mean(), r2.mean()], params["lengths"], rtol=2e-3)
+    assert r1.std() < 0.02 * r1.mean() and r2.std() < 0.02 * r2.mean()

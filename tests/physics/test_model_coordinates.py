@@ -105,7 +105,7 @@ def test_node_learns_the_cartesian_chain_and_an_old_hnn_checkpoint_is_refused(
     assert 0 < metrics["rel_err_gmean"] < 1 and metrics["constraint_phi_max"] >= 0
 
     hnn = _run("chain_pendulum", tmp_path, "method=hnn", f"run_dir={tmp_path}/hnn")
-    monkeypatch.setattr(stage, "coordinates_problem", lambda system, model: None)
+    monkeypatch.setattr(stage, "coordinates_problem", lambda system, model, tracked=False: None)
     train(compose_config("train", hnn))
     monkeypatch.undo()
     out = tmp_path / "hnn_eval"

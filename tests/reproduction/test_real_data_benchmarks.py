@@ -158,9 +158,9 @@ def test_the_physical_fit_on_a_film_ingested_as_a_chain_in_angles(tmp_path, comp
     assert fit["chain"]["pivot_px"] == pytest.approx([1000.0, 1200.0], abs=0.5)
     for name, value in zip(("beta", "gamma", "delta", "epsilon", "phi"), truth):
         assert fit["fit"][name] == pytest.approx(value, rel=0.02, abs=0.005), name
-    for key in ("mse_h25", "mse_angles_h25", "mse_state_h25"):
+    for key in ("mse_h25", "mse_angles_h25", "mse_points_h25"):
         assert fit[key] < 1e-3 * fit[f"{key}_constant_velocity"], key
-    assert fit["mse_h10"] < 2.0  # px²: whole-pixel rounding is the only noise
+    assert fit["mse_points_h10"] < 2.0  # px²: whole-pixel rounding is the only noise
 
 
 def test_the_physical_fit_on_a_recording_in_angles_with_dropped_frames(tmp_path, compose_config):

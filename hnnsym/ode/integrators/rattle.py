@@ -39,6 +39,15 @@ by one backward pass, w = −(∂R/∂Λ)⁻ᵀ a_Λ (m × m), and dL/d(y_n, θ)
 G comes from H's ``position_constraints_jacobian(q)`` when it has one (closed form), else from
 autograd as above.
 
+Friction (an H declaring ``Capability.FRICTION``: ``friction_matrix(q)`` = R_pp(q), positive
+semi-definite with G(q) M⁻¹ R_pp = 0, and its ``mass_matrix()``; the damped field
+ṗ = −∇_q H − R_pp M⁻¹p − Gᵀλ of a constrained model with friction in the tangent space): each
+step (each substep of a composition) is the Strang splitting Φ_{h/2} ∘ RATTLE_h ∘ Φ_{h/2} with the
+exact friction flow at fixed q, Φ_t(q, p) = (q, exp(−t R_pp(q) M⁻¹) p) (``_friction``). Φ_t keeps
+q, keeps G M⁻¹ p = 0 (G M⁻¹ R_pp = 0) and does not increase ½pᵀM⁻¹p, so the steps stay on the
+manifold; the split is symmetric, of order 2 (4 with a composition). Its gradient is autograd's
+through Φ (explicit) and the exact adjoint of the RATTLE step between.
+
 Newton is simplified: the Jacobian of the first iterate is reused while each update shrinks by
 at least a factor 100 (``REFRESH``), and taken afresh otherwise. It stops when the estimated
 distance to the solution, min(|Δ|, θ/(1−θ)|Δ|) with θ the ratio of successive max-norm updates
@@ -285,6 +294,11 @@ class Rattle:
                 f"composition must be one of {tuple(COMPOSITIONS)}, got {self.composition!r}"
             )
 
+    @staticmethod
+    def damped(H) -> bool:
+        """Whether H has friction to split off (``Capability.FRICTION``; module doc)."""
+        return has(H, Capability.FRICTION)
+
     @property
     def order(self) -> int:
         return 2 if self.composition == "none" else 4
@@ -346,6 +360,11 @@ class Rattle:
             )
         if self.multipliers(H):
             self._check_separable(H, q, y0[:, n:].detach(), Hq, Hp, who)
+        if self.damped(H) and not has(H, Capability.MASS_MATRIX):
+            raise IncompatibleError(
+                f"integrator=rattle: {who} has friction but no constant mass_matrix() to split it "
+                f"off with"
+            )
 
     def _check_separable(self, H, q: Tensor, p: Tensor, Hq: Tensor, Hp: Tensor, who: str) -> None:
         """The multiplier form needs ∇_p H = M⁻¹p and ∇_q H independent of p: checked at the
@@ -383,23 +402,29 @@ class Rattle:
         out: list[Tensor] = []
         force = previous[0] if previous else None
         subs = self.substeps(problem)
+        damped = self.damped(problem.H)
         for n in range(start, end):
             x = out[-1] if out else y
-            for sub in subs:
+            for sub in subs:  # the friction flow keeps q, so ∇V(q) carries over it
+                x = _friction(sub, x) if damped else x
                 X, force = self.solve_multipliers(sub, x, n, force=force)
                 x = _output(X, y.shape[-1] // 2)
+                x = _friction(sub, x) if damped else x
             out.append(x)
         return out, (() if force is None else (force,))
 
     def step_of(self, problem: Problem, y: Tensor, n: int) -> Tensor:
         """y_{n+1} from y_n (B, 2n), differentiable when grad mode is on (substep by substep)."""
+        damped = self.damped(problem.H)
         for sub in self.substeps(problem):
+            y = _friction(sub, y) if damped else y
             if self.implicit_gradient:
                 y = _RattleStep.apply(self, sub, n, y, *problem.params())
             else:
                 y = _output(
                     self.solve_step(sub, y, n, graph=torch.is_grad_enabled()), y.shape[-1] // 2
                 )
+            y = _friction(sub, y) if damped else y
         return y
 
     # ---- solving -----------------------------------------------------------------------------
@@ -553,6 +578,8 @@ class Rattle:
         did) and runs their adjoints in reverse, the inner ones at those solutions (``adjoint``),
         the last re-solved from its start as a single step is."""
         subs = self.substeps(problem)
+        if self.damped(problem.H):
+            return self._damped_step_vjp(subs, y, lam, params, n)
         states, solved = [y], []  # the inner substeps' starts and solutions X
         with torch.no_grad():
             for sub in subs[:-1]:
@@ -561,6 +588,30 @@ class Rattle:
         lam, total = self._substep_vjp(subs[-1], states[-1], y_next, lam, params, n)
         for sub, start, X in zip(reversed(subs[:-1]), reversed(states[:-1]), reversed(solved)):
             lam, grads = self.adjoint(sub, start, X, lam, params)
+            total = _sum_grads(total, grads)
+        return lam, total
+
+    def _damped_step_vjp(
+        self, subs: list[Problem], y: Tensor, lam: Tensor, params: list[Tensor], n: int
+    ) -> tuple[Tensor, list[Tensor | None]]:
+        """``step_vjp`` of a step with friction: its substeps Φ ∘ RATTLE ∘ Φ re-solved from y_n,
+        then, in reverse, autograd's vjp through each Φ and ``adjoint`` at each RATTLE solution."""
+        d = y.shape[-1] // 2
+        solved = []  # (start of Φ, start of RATTLE, its X)
+        with torch.no_grad():
+            x = y
+            for sub in subs:
+                a = _friction(sub, x)
+                X = self.solve_step(sub, a, n)
+                solved.append((x, a, X))
+                x = _friction(sub, _output(X, d))
+        total: list[Tensor | None] = [None] * len(params)
+        for sub, (x, a, X) in zip(reversed(subs), reversed(solved)):
+            lam, grads = _friction_vjp(sub, _output(X, d), lam, params)
+            total = _sum_grads(total, grads)
+            lam, grads = self.adjoint(sub, a, X, lam, params)
+            total = _sum_grads(total, grads)
+            lam, grads = _friction_vjp(sub, x, lam, params)
             total = _sum_grads(total, grads)
         return lam, total
 
@@ -621,6 +672,25 @@ class Rattle:
                 [ph, q1, g(q1)], [y_, *params], [a_ph, a_q1, w], allow_unused=True
             )
         return early[0], _sum_grads(list(early[1:]), list(late[2:]))
+
+
+def _friction(problem: Problem, y: Tensor) -> Tensor:
+    """Φ_{h/2}(y) (B, 2n): the exact friction flow for half of ``problem.h`` at fixed q,
+    p ← exp(−h/2 R_pp(q) M⁻¹) p (module doc); differentiable when grad mode is on."""
+    H, d = problem.H, y.shape[-1] // 2
+    q, p = y[:, :d], y[:, d:]
+    decay = torch.linalg.matrix_exp(-0.5 * problem.h * H.friction_matrix(q) @ _inverse_mass(H, y))
+    return torch.cat([q, (decay @ p.unsqueeze(-1)).squeeze(-1)], -1)
+
+
+def _friction_vjp(
+    problem: Problem, y: Tensor, lam: Tensor, params: list[Tensor]
+) -> tuple[Tensor, list[Tensor | None]]:
+    """(dL/dy, dL/dθ) through ``_friction`` at y from λ = dL/dΦ(y)."""
+    with torch.enable_grad():
+        y_ = y.detach().requires_grad_(True)
+        grads = torch.autograd.grad(_friction(problem, y_), [y_, *params], lam, allow_unused=True)
+    return grads[0], list(grads[1:])
 
 
 def _sum_grads(a: list[Tensor | None], b: list[Tensor | None]) -> list[Tensor | None]:
