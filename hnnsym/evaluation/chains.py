@@ -83,7 +83,8 @@ def learned_chain(model: nn.Module, time_scale: float) -> dict | None:
     terms relative to the rest (Frobenius norms). Reported divided by a_11 (the first arm's
     moment of inertia about the pivot, as the physical fit's β, γ are): ``inertia`` (a/a_11;
     for two links [[1, β], [β, γ]]), ``offsets`` (b/a_11: a centre of mass off a link's line)
-    and ``friction`` R/a_11 in 1/time of the recording (``time_scale``: its τ)."""
+    and ``friction`` R/a_11 in 1/time of the recording (``time_scale``: its τ; for
+    ``damping=state``, R at θ = 0)."""
     if getattr(model, "mass_kind", None) != "chain":
         return None
     with torch.no_grad():

@@ -16,9 +16,9 @@ Two mass matrices (``mass``):
   is (−sin θ_j, cos θ_j) in the rows of the points k ≥ j), so M_θ is SPD. The potential gains
   a linear form in (cos θ, sin θ): uniform gravity's, −g · Σ m_k x_k, in any direction.
 
-Either way R_θ(q) = D_θ(q) D_θ(q)ᵀ (D lower triangular,
-free) is positive semi-definite. Angle coordinates (``periodic``) enter the networks as
-(cos q_i, sin q_i) (``hnnsym.physics.models.PeriodicInputs``).
+Either way R_θ(q) = D_θ(q) D_θ(q)ᵀ (D lower triangular, free) is positive semi-definite. Angle
+coordinates (``periodic``) enter the networks as (cos q_i, sin q_i)
+(``hnnsym.physics.models.PeriodicInputs``).
 
 The project's integrators step states y = (q, p) (B, 2d): the Legendre transform p = M_θ(q) q̇
 (``to_state``; back: ``velocities``) gives
