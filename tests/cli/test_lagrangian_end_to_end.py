@@ -14,7 +14,9 @@ import pandas as pd
 import pytest
 from stage_cli import assert_one_line_error, run_stage
 
-REAL = Path("/work/shared/data/real/lipson_real_linear_h_1.txt")
+REAL = (
+    Path(__file__).resolve().parents[3] / "shared" / "data" / "real" / "lipson_real_linear_h_1.txt"
+)
 TRAIN = ("model=lagrangian", "train.epochs=8", "train.batch_size=8", "train.window=4",
          "train.progress=false")  # fmt: skip
 INGEST = ("ingest.names=[trial,t,x,v]", "ingest.trial=trial", "ingest.positions=[x]",
