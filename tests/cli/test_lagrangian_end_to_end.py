@@ -80,4 +80,4 @@ def test_recording_of_momenta_is_refused(tmp_path):
                  "data_file=r.h5", cwd=tmp_path))  # fmt: skip
     proc = run_stage("train", "system=measured", "data_file=r.h5", *TRAIN, "run_dir=run",
                      cwd=tmp_path)  # fmt: skip
-    assert_one_line_error(proc, "LagrangianModel", "not ingested from velocity columns")
+    assert_one_line_error(proc, "LagrangianModel", "not ingested with velocities")
