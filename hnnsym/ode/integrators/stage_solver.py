@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from hnnsym.errors import ConvergenceError
+from hnnsym.ode.compiled import sweeps as compiled_sweeps
 from hnnsym.ode.integrators.tableaux import Tableau
 from hnnsym.ode.problem import Problem, SolverStats
 
@@ -152,11 +153,18 @@ class RungeKutta:
     one, K ≈ 3K₋₁ − 3K₋₂ + K₋₃ (fewer previous steps: linear, constant; RK2 on a run's first
     step). The stages are smooth in t, so the guess is O(h³) off and the iteration needs about as
     many passes as from RK2, without RK2's two evaluations. The predictor stays in the graph, so
-    ``gradient=backprop`` differentiates exactly the iteration that was computed."""
+    ``gradient=backprop`` differentiates exactly the iteration that was computed.
+
+    ``compile``: run the predictor, ``compile_sweeps`` sweeps and their changes as one compiled
+    program (``hnnsym.ode.compiled``), read back once per chunk of sweeps; chunks follow until a
+    sweep meets the tolerance, and the first such iterate is the result, as in ``FixedPoint``.
+    Eager where compilation is unavailable."""
 
     tableau: Tableau
     solver: FixedPoint = field(default_factory=FixedPoint)
     predictor: str = "extrapolate"
+    compile: bool = False
+    compile_sweeps: int = 1
 
     has_stages = True  # capabilities the gradient methods check (hnnsym.ode.gradients)
     reversible = False
@@ -164,6 +172,14 @@ class RungeKutta:
     def __post_init__(self):
         if self.predictor not in PREDICTORS:
             raise ValueError(f"predictor must be one of {PREDICTORS}, got {self.predictor!r}")
+        if (
+            isinstance(self.compile_sweeps, bool)
+            or not isinstance(self.compile_sweeps, int)
+            or (self.compile_sweeps < 1)
+        ):
+            raise ValueError(
+                f"compile_sweeps must be a whole number >= 1, got {self.compile_sweeps!r}"
+            )
 
     @property
     def name(self) -> str:
@@ -211,8 +227,9 @@ class RungeKutta:
             if problem.guess is not None and self.predictor == "observed":
                 guess = problem.guess[n + 1]
             K = self.solve_stages(
-                f, y, problem.h, n_q, separable, guess, problem.stats, f"at step {n}", previous
-            )
+                f, y, problem.h, n_q, separable, guess, problem.stats, f"at step {n}", previous,
+                problem.H,
+            )  # fmt: skip
             y = self.update(y, K, problem.h, n_q)
             out.append(y)
             if self.predictor == "extrapolate":
@@ -292,14 +309,33 @@ class RungeKutta:
         stats: SolverStats | None = None,
         where: str = "",
         previous: Sequence[Tensor] = (),
+        H: Callable[[Tensor], Tensor] | None = None,
     ) -> Tensor:
         """The stages K (s, B, n) of one step from y; ``previous``: the stages of the steps
-        before it (oldest first), for the "extrapolate" predictor. Differentiable when grad mode
-        is on."""
+        before it (oldest first), for the "extrapolate" predictor; ``H``: the Hamiltonian of f,
+        which the compiled solve (``compile``) traces. Differentiable when grad mode is on."""
         order = self.explicit_order(separable)
         if order is not None:
             return self._explicit_stages(f, y, h, n_q, order)
-        # the predictor stays in the graph: backprop then differentiates the iteration as run
+        if self.compile and H is not None:
+            if self.predictor == "extrapolate" and len(previous) == 3:
+                K = self._solve_compiled(f, H, y, h, n_q, tuple(previous), stats, where)
+            else:
+                K0 = self._predict(f, y, h, guess, previous).contiguous()
+                zero = torch.zeros_like(K0)
+                K = self._solve_compiled(f, H, y, h, n_q, (K0, zero, zero), stats, where)
+            if K is not None:
+                return K
+        return self.solver.iterate(
+            lambda K: self.stage_equations(f, y, K, h, n_q),
+            self._predict(f, y, h, guess, previous), abs(h), stats, where,
+        )  # fmt: skip
+
+    def _predict(
+        self, f: Field, y: Tensor, h: float, guess: Tensor | None, previous: Sequence[Tensor]
+    ) -> Tensor:
+        """The first stage guess K0 (s, B, n). It stays in the graph: backprop then
+        differentiates the iteration as run."""
         if self.predictor == "extrapolate" and previous:
             K0 = _extrapolate(previous)
         else:
@@ -310,9 +346,42 @@ class RungeKutta:
             else:
                 K0 = f(y + 0.5 * h * f(y))  # slope of explicit RK2 (midpoint)
             K0 = K0.unsqueeze(0).expand(self.tableau.stages, *y.shape)
-        return self.solver.iterate(
-            lambda K: self.stage_equations(f, y, K, h, n_q), K0, abs(h), stats, where
-        )
+        return K0
+
+    def _solve_compiled(
+        self, f: Field, H, y: Tensor, h: float, n_q: int, guess: tuple[Tensor, Tensor, Tensor],
+        stats: SolverStats | None, where: str,
+    ) -> Tensor | None:  # fmt: skip
+        """The stages by compiled chunks of ``compile_sweeps`` sweeps from the predictor over
+        ``guess`` (``compiled.sweeps``), one read-back per chunk; the first iterate with
+        |h| max|ΔK| <= tol, as ``FixedPoint.iterate``. None where compilation is unavailable."""
+        solver, k = self.solver, self.compile_sweeps
+        tol = solver.tolerance(y.dtype)
+        self._partitioned, self._orders  # noqa: B018  (filled here: dynamo cannot enter their lock)
+        done, residual, K = 0, float("inf"), None
+        while done < solver.max_iter:
+            out = compiled_sweeps(self, H, y, *guess, h, n_q, k)
+            if out is None:  # compilation unavailable; after a chunk: carry on eagerly from K
+                if not done:
+                    return None
+                rest = replace(solver, max_iter=solver.max_iter - done)
+                return rest.iterate(
+                    lambda K: self.stage_equations(f, y, K, h, n_q), K, abs(h), stats, where
+                )
+            iterates, changes = out
+            usable = min(k, solver.max_iter - done)
+            for j, change in enumerate(changes.tolist()[:usable]):  # one sync per chunk
+                residual = abs(h) * change
+                if not residual > tol:  # also stops on NaN, reported by conclude
+                    conclude("fixed-point iteration", done + j + 1, residual, tol, where,
+                             solver.on_fail, stats)  # fmt: skip
+                    return iterates[j]
+            done += usable
+            K = iterates[usable - 1]
+            zero = torch.zeros_like(K)
+            guess = (K, zero, zero)
+        conclude("fixed-point iteration", done, residual, tol, where, solver.on_fail, stats)
+        return K
 
     def _explicit_stages(self, f: Field, y: Tensor, h: float, n_q: int, order) -> Tensor:
         a_q, a_p = self.tableau.a_q, self.tableau.a_p

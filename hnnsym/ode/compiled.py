@@ -1,0 +1,122 @@
+"""The implicit stage solve as one compiled program: the "extrapolate" predictor, k fixed-point
+sweeps K <- F(K, y) of the stage equations and the max-norm change of each sweep, traced by
+``torch.compile`` (inductor, static shapes, one graph) so that the host reads convergence once per
+k sweeps. Used by ``RungeKutta`` built with ``compile=True`` (config ``integrator.compile=true``).
+
+Inside the graph f = J⁻¹∇H takes ∇H by ``torch.func.grad`` of H (a hand-written backward such as
+the MLP Hamiltonians' ``energy_gradient`` cannot be traced in grad mode); the result equals the
+eager field to rounding. A model with a field of its own (``OWN_FIELD``) is traced as it is.
+
+Inductor's FX graph cache and AOT autograd cache live on disk, in ``$HNNSYM_COMPILE_CACHE`` or,
+when unset, ``$TORCHINDUCTOR_CACHE_DIR`` or ``~/.cache/hnnsym/inductor`` (``$XDG_CACHE_HOME``
+respected): only a machine's first run pays the full compile. Where compilation fails (no C
+compiler, an unsupported platform, a ``torch._dynamo`` error) one line is logged, once per
+process, and every later solve runs eagerly (``sweeps`` returns None).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from hnnsym.ode.dynamics import hamiltonian_flow, symplectic_gradient, vector_field
+
+log = logging.getLogger(__name__)
+CACHE_ENV = "HNNSYM_COMPILE_CACHE"
+
+_state: dict[str, Any] = {"fn": None, "failed": False}
+
+
+def cache_dir() -> Path:
+    """Where inductor keeps compiled graphs across processes. A ``$TORCHINDUCTOR_CACHE_DIR``
+    equal to inductor's own default (a folder under /tmp, which inductor writes into the
+    environment once imported) counts as unset."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    theirs = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if theirs and os.path.abspath(theirs) != os.path.abspath(default_cache_dir()):
+        return Path(theirs).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "hnnsym" / "inductor"
+
+
+def _configure_cache() -> None:
+    """Inductor's FX graph cache and AOT autograd cache on, in ``cache_dir()``."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir())
+    inductor_config.fx_graph_cache = True
+    functorch_config.enable_autograd_cache = True
+
+
+def _field(H: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+    """f(y) as traceable ops: J⁻¹ ∇H with ∇H by ``torch.func.grad``, or H's own field."""
+    if not hamiltonian_flow(H):
+        return lambda y: vector_field(H, y)
+    grad = torch.func.grad(lambda x: H(x).sum())
+    return lambda y: symplectic_gradient(grad(y))
+
+
+def _sweeps(integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float, n_q: int,
+            k: int) -> tuple[list[Tensor], Tensor]:  # fmt: skip
+    """From the guess K₀ = a + 3 (c − b) (the "extrapolate" predictor over the last three steps'
+    stages a, b, c, oldest first; b = c = 0 passes a guess through exactly): the iterates
+    K₁ … K_k (s, B, n) each and max|K_j − K_{j−1}| of each sweep, (k,)."""
+    f = _field(H)
+    K = torch.add(a, c - b, alpha=3)
+    iterates, changes = [], []
+    for _ in range(k):
+        new = integrator.stage_equations(f, y, K, h, n_q)
+        changes.append(torch.linalg.vector_norm(new - K, math.inf))
+        iterates.append(new)
+        K = new
+    return iterates, torch.stack(changes)
+
+
+def _compile(fn: Callable) -> Callable:
+    """``torch.compile`` with static shapes and one graph (what the fallback test replaces)."""
+    return torch.compile(fn, dynamic=False, fullgraph=True)
+
+
+def _fail(err: BaseException) -> None:
+    _state["failed"] = True
+    first = (str(err).strip().splitlines() or [""])[0][:200]
+    log.warning(
+        "torch.compile is unavailable here (%s: %s); the stage solver runs eagerly",
+        type(err).__name__, first,
+    )  # fmt: skip
+
+
+def sweeps(
+    integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float, n_q: int, k: int
+) -> tuple[list[Tensor], Tensor] | None:
+    """``_sweeps`` compiled (see there), or None where compilation is unavailable: the caller then
+    runs the eager solver. Differentiable when grad mode is on (AOT autograd's backward)."""
+    if _state["failed"]:
+        return None
+    try:
+        if _state["fn"] is None:
+            _configure_cache()
+            _state["fn"] = _compile(_sweeps)
+        with warnings.catch_warnings():  # dynamo traces through lru_cache'd constant helpers
+            warnings.filterwarnings("ignore", message=".*functools.lru_cache.*")
+            return _state["fn"](integrator, H, y, a, b, c, h, n_q, k)
+    except Exception as err:  # noqa: BLE001  (any compiler failure: run eagerly)
+        _fail(err)
+        return None
+
+
+def reset() -> None:
+    """Forget the compiled function and any failure (tests; a changed compiler setting)."""
+    _state.update(fn=None, failed=False)
