@@ -9,6 +9,11 @@ the eager field to rounding; without grad mode (the stepwise adjoints' forward, 
 field itself is traced, closed forms and all (measured faster, and half the compile time, than
 ``torch.func.grad`` there). A model with a field of its own (``OWN_FIELD``) is traced as it is.
 
+Each compiled function belongs to one H, tableau, h and grad mode, and dynamo checks only its
+tensors on each call (dtype, device, shape, strides, requires_grad; another shape compiles another
+graph): a change to H's Python attributes other than ``training`` after its first call is not
+seen. Inputs that share memory are cloned first.
+
 Inductor's FX graph cache and AOT autograd cache live on disk, in ``$HNNSYM_COMPILE_CACHE`` or,
 when unset, ``$TORCHINDUCTOR_CACHE_DIR`` or ``~/.cache/hnnsym/inductor`` (``$XDG_CACHE_HOME``
 respected): only a machine's first run pays the full compile. Where compilation fails (no C
@@ -18,10 +23,13 @@ process, and every later solve runs eagerly (``sweeps`` returns None).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
+import types
 import warnings
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +42,10 @@ from hnnsym.ode.dynamics import hamiltonian_flow, symplectic_gradient, vector_fi
 log = logging.getLogger(__name__)
 CACHE_ENV = "HNNSYM_COMPILE_CACHE"
 
-_state: dict[str, Any] = {"fn": None, "failed": False}
+_state: dict[str, Any] = {"failed": False, "configured": False}
+# per H (weakly): {(tableau, h, n_q, k, grad mode, H.training): compiled function}
+_programs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_serial = itertools.count()
 
 
 def cache_dir() -> Path:
@@ -88,8 +99,36 @@ def _sweeps(integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float,
 
 
 def _compile(fn: Callable) -> Callable:
-    """``torch.compile`` with static shapes and one graph (what the fallback test replaces)."""
-    return torch.compile(fn, dynamic=False, fullgraph=True)
+    """``torch.compile`` with static shapes and one graph (what the fallback test replaces),
+    guarding tensors only (dtype, device, shape, strides, requires_grad): ``_program`` keys each
+    function by everything else it depends on, and dynamo's checks of the module's and the
+    integrator's attributes on every call cost about 100 µs (``torch.profiler``, "TorchDynamo Cache
+    Lookup"), as much as a whole step's fused kernels."""
+    return torch.compile(
+        fn, dynamic=False, fullgraph=True,
+        options={"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe},
+    )  # fmt: skip
+
+
+def _program(integrator, H, h: float, n_q: int, k: int) -> Callable:
+    """The compiled ``_sweeps`` of this integrator's tableau (all the graph reads of it), H, h,
+    n_q and k in the current grad mode (and H's training flag): (H, y, a, b, c) -> ``_sweeps``.
+    Each is compiled from its own copy of the code, since dynamo keeps its graphs per code object
+    and checks only tensors here."""
+    key = (integrator.tableau, h, n_q, k, torch.is_grad_enabled(), getattr(H, "training", None))
+    try:
+        programs = _programs.setdefault(H, {})
+    except TypeError:  # H cannot be referenced weakly: not cached across calls (rare)
+        programs = {}
+    if key not in programs:
+
+        def run(H, y, a, b, c):
+            return _sweeps(integrator, H, y, a, b, c, h, n_q, k)
+
+        code = run.__code__.replace(co_name=f"_sweeps_{next(_serial)}")
+        fresh = types.FunctionType(code, run.__globals__, code.co_name, None, run.__closure__)
+        programs[key] = _compile(fresh)
+    return programs[key]
 
 
 def _fail(err: BaseException) -> None:
@@ -109,17 +148,31 @@ def sweeps(
     if _state["failed"]:
         return None
     try:
-        if _state["fn"] is None:
+        if not _state["configured"]:
             _configure_cache()
-            _state["fn"] = _compile(_sweeps)
+            _state["configured"] = True
+        fn = _program(integrator, H, h, n_q, k)
         with warnings.catch_warnings():  # dynamo traces through lru_cache'd constant helpers
             warnings.filterwarnings("ignore", message=".*functools.lru_cache.*")
-            return _state["fn"](integrator, H, y, a, b, c, h, n_q, k)
+            return fn(H, *_unaliased(y, a, b, c))
     except Exception as err:  # noqa: BLE001  (any compiler failure: run eagerly)
         _fail(err)
         return None
 
 
+def _unaliased(*tensors: Tensor) -> list[Tensor]:
+    """The tensors, each one sharing memory with an earlier one cloned: a graph traced with
+    aliased inputs (the same zeros twice) assumes them equal, and the guard that would catch a
+    later call without the aliasing is one of those left out (``_compile``)."""
+    seen, out = set(), []
+    for t in tensors:
+        ptr = t.untyped_storage().data_ptr()
+        out.append(t.clone() if ptr in seen else t)
+        seen.add(ptr)
+    return out
+
+
 def reset() -> None:
-    """Forget the compiled function and any failure (tests; a changed compiler setting)."""
-    _state.update(fn=None, failed=False)
+    """Forget the compiled functions and any failure (tests; a changed compiler setting)."""
+    _programs.clear()
+    _state.update(failed=False)

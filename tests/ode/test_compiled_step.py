@@ -112,7 +112,7 @@ def test_compile_failure_falls_back_to_eager_with_one_notice(monkeypatch, caplog
         raise RuntimeError("no compiler here\nsecond line")
 
     monkeypatch.setattr(compiled, "_compile", broken)
-    monkeypatch.setitem(compiled._state, "fn", None)
+    monkeypatch.setattr(compiled, "_programs", compiled.weakref.WeakKeyDictionary())
     monkeypatch.setitem(compiled._state, "failed", False)
     with caplog.at_level(logging.WARNING, logger="hnnsym.ode.compiled"):
         ys_1, g_1, _ = _run(torch.float64, "backprop", True)
@@ -136,9 +136,11 @@ def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     assert compiled.cache_dir() == tmp_path / "hnnsym" / "inductor"
 
 
-def test_bad_chunk_size_is_refused():
+def test_bad_options_are_refused():
     with pytest.raises(ValueError, match="compile_sweeps"):
         get_integrator("implicit_midpoint", compile=True, compile_sweeps=0)
+    with pytest.raises(ValueError, match="compile must be true or false"):
+        get_integrator("implicit_midpoint", compile="yes")
 
 
 def test_integrate_accepts_the_compiled_integrator():

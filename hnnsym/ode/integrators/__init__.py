@@ -82,7 +82,7 @@ def runge_kutta(
             raise ValueError(f"unknown tableau {tableau!r}; choose one of {sorted(TABLEAUX)}")
         tableau = TABLEAUX[tableau]
     return RungeKutta(
-        tableau, FixedPoint(tol, max_iter, on_fail), predictor, bool(compile), compile_sweeps
+        tableau, FixedPoint(tol, max_iter, on_fail), predictor, compile, compile_sweeps
     )
 
 

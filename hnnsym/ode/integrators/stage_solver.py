@@ -172,11 +172,10 @@ class RungeKutta:
     def __post_init__(self):
         if self.predictor not in PREDICTORS:
             raise ValueError(f"predictor must be one of {PREDICTORS}, got {self.predictor!r}")
-        if (
-            isinstance(self.compile_sweeps, bool)
-            or not isinstance(self.compile_sweeps, int)
-            or (self.compile_sweeps < 1)
-        ):
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"compile must be true or false, got {self.compile!r}")
+        sweeps = self.compile_sweeps
+        if isinstance(sweeps, bool) or not isinstance(sweeps, int) or sweeps < 1:
             raise ValueError(
                 f"compile_sweeps must be a whole number >= 1, got {self.compile_sweeps!r}"
             )
