@@ -10,9 +10,10 @@ sweeps), loss = the mean squared error over every state of the rollout, gradient
 the network's parameters. The JAX side runs the same predictor and iteration inside
 ``lax.scan`` with ``jax.checkpoint`` per step and a reverse-differentiable while loop
 (``equinox.internal.while_loop``, checkpointed), under ``jit``; the network starts from the same
-weights, so trajectories and gradients are compared too (float32). hnnsym runs twice: eager, and
-with its stage solve compiled (``integrator.compile=true``: ``hnnsym.ode.compiled``; ``--no-compiled``
-leaves it out).
+weights, so trajectories and gradients are compared too (float32). hnnsym runs eagerly and with
+its stage solve compiled (``integrator.compile=true``: ``hnnsym.ode.compiled``), one step per
+program ("compiled") and eight ("compiled x8", ``integrator.compile_steps=8``); ``--no-compiled``
+leaves those out.
 
 Timing: one core (``taskset`` to the first allowed core unless ``--no-pin``), one thread (torch
 and XLA), CPU time (``time.process_time``) per iteration, the median of ``--repeats`` iterations;
@@ -38,7 +39,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("backprop", "symplectic_adjoint")
-COMPILED = " compiled"  # suffix of the method label of hnnsym's compiled runs
+# suffixes of the method labels of hnnsym's compiled runs -> integrator.compile_steps
+COMPILED = {" compiled": 1, " compiled x8": 8}
 BATCH, H, TOL, MAX_ITER, SEED = 512, 0.01, 1e-6, 50, 0
 
 
@@ -59,7 +61,8 @@ def _setup(steps: int):
 
 def _hnnsym_iteration(method: str, steps: int):
     """A closure running one iteration (loss + gradient) with hnnsym, returning the gradients;
-    ``method`` ending in COMPILED: the same with the stage solve compiled."""
+    ``method`` ending in a suffix of COMPILED: the same with the stage solve compiled (and that
+    many steps per compiled program)."""
     import torch
 
     from hnnsym.ode.gradients import get_gradient
@@ -68,9 +71,14 @@ def _hnnsym_iteration(method: str, steps: int):
     from hnnsym.ode.solve import solve_loss
 
     model, y0, target = _setup(steps)
-    compiled = method.endswith(COMPILED)
-    integrator = get_integrator("implicit_midpoint", compile=compiled)
-    gradient = get_gradient(method.removesuffix(COMPILED))
+    base, _, tail = method.partition(" ")
+    if tail:
+        integrator = get_integrator(
+            "implicit_midpoint", compile=True, compile_steps=COMPILED[" " + tail]
+        )  # fmt: skip
+    else:
+        integrator = get_integrator("implicit_midpoint")
+    gradient = get_gradient(base)
     params = [p for p in model.parameters() if p.requires_grad]
 
     def run():
@@ -264,7 +272,7 @@ def _methods(side: str, args) -> list[str]:
     """The method labels a side runs: compiled ones on this tree only."""
     if side != "hnnsym" or args.no_compiled:
         return list(METHODS)
-    return [*METHODS, *(m + COMPILED for m in METHODS)]
+    return [*METHODS, *(m + suffix for suffix in COMPILED for m in METHODS)]
 
 
 def _measure(args, trees: dict, cache: Path) -> tuple[list[dict], dict, dict, dict]:
@@ -305,8 +313,7 @@ def _measure(args, trees: dict, cache: Path) -> tuple[list[dict], dict, dict, di
     if "hnnsym" in trees and not args.no_compiled:  # a second process: warm compile cache
         workers["warm"] = start(trees["hnnsym"])
         for steps in args.steps:
-            for method in METHODS:
-                label = method + COMPILED
+            for label in _methods("hnnsym", args)[len(METHODS) :]:
                 got = ask("warm", label, steps, 1)
                 hnnsym_compile[(label, steps)] = (
                     firsts[("hnnsym", label, steps)], got["first"] - got["median"]
@@ -369,16 +376,17 @@ def _table(df, compile_s: dict, agree: dict, trees: dict, args, hnnsym_compile: 
             lines.append(f"- {method}: " + ", ".join(cells))
     if hnnsym_compile:
         lines += ["", "hnnsym compiled / eager (same round):", ""]
-        for method in METHODS:
+        for label in _methods("hnnsym", args)[len(METHODS) :]:
+            method = label.partition(" ")[0]
             cells = []
             for steps in args.steps:
                 sel = df[(df.side == "hnnsym") & (df.steps == steps)].set_index("round")
-                ratio = (sel[sel.method == method + COMPILED].seconds
+                ratio = (sel[sel.method == label].seconds
                          / sel[sel.method == method].seconds)  # fmt: skip
                 cells.append(
                     f"{steps} steps {ratio.median():.2f} [{ratio.min():.2f}–{ratio.max():.2f}]"
                 )
-            lines.append(f"- {method}: " + ", ".join(cells))
+            lines.append(f"- {label}: " + ", ".join(cells))
         lines += ["", "hnnsym compile time (first call less a timed call, wall s; cold: fresh "
                   "cache, warm: a second process with that cache; the graphs do not depend on the step "
                   "count, so the first step count pays):", ""]  # fmt: skip

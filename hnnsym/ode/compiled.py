@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 CACHE_ENV = "HNNSYM_COMPILE_CACHE"
 
 _state: dict[str, Any] = {"failed": False, "configured": False}
-# per H (weakly): {(tableau, h, n_q, k, grad mode, H.training): compiled function}
+# per H (weakly): {(function, tableau, h, n_q, k, grad mode, H.training): compiled function}
 _programs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _serial = itertools.count()
 
@@ -98,6 +98,25 @@ def _sweeps(integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float,
     return iterates, torch.stack(changes)
 
 
+def _steps(integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float, n_q: int,
+           m: int) -> tuple[list[Tensor], list[Tensor], Tensor]:  # fmt: skip
+    """m steps from y, one sweep each from the "extrapolate" guess over the last three steps'
+    stages a, b, c (oldest first): the states y_1 … y_m (B, n), the stages K_1 … K_m (s, B, n)
+    and max|K_j − K_j⁰| of each step's sweep, (m,). A step whose sweep did not meet the
+    tolerance makes it and the steps after it void (the caller steps it again)."""
+    f = _field(H)
+    states, stages, changes = [], [], []
+    for _ in range(m):
+        guess = torch.add(a, c - b, alpha=3)
+        K = integrator.stage_equations(f, y, guess, h, n_q)
+        changes.append(torch.linalg.vector_norm(K - guess, math.inf))
+        y = integrator.update(y, K, h, n_q)
+        states.append(y)
+        stages.append(K)
+        a, b, c = b, c, K
+    return states, stages, torch.stack(changes)
+
+
 def _compile(fn: Callable) -> Callable:
     """``torch.compile`` with static shapes and one graph (what the fallback test replaces),
     guarding tensors only (dtype, device, shape, strides, requires_grad): ``_program`` keys each
@@ -110,12 +129,13 @@ def _compile(fn: Callable) -> Callable:
     )  # fmt: skip
 
 
-def _program(integrator, H, h: float, n_q: int, k: int) -> Callable:
-    """The compiled ``_sweeps`` of this integrator's tableau (all the graph reads of it), H, h,
-    n_q and k in the current grad mode (and H's training flag): (H, y, a, b, c) -> ``_sweeps``.
-    Each is compiled from its own copy of the code, since dynamo keeps its graphs per code object
-    and checks only tensors here."""
-    key = (integrator.tableau, h, n_q, k, torch.is_grad_enabled(), getattr(H, "training", None))
+def _program(fn: Callable, integrator, H, h: float, n_q: int, k: int) -> Callable:
+    """``fn`` (``_sweeps`` or ``_steps``) compiled for this integrator's tableau (all the graph
+    reads of it), H, h, n_q and k in the current grad mode (and H's training flag):
+    (H, y, a, b, c) -> fn(...). Each is compiled from its own copy of the code, since dynamo keeps
+    its graphs per code object and checks only tensors here."""
+    key = (fn.__name__, integrator.tableau, h, n_q, k, torch.is_grad_enabled(),
+           getattr(H, "training", None))  # fmt: skip
     try:
         programs = _programs.setdefault(H, {})
     except TypeError:  # H cannot be referenced weakly: not cached across calls (rare)
@@ -123,9 +143,9 @@ def _program(integrator, H, h: float, n_q: int, k: int) -> Callable:
     if key not in programs:
 
         def run(H, y, a, b, c):
-            return _sweeps(integrator, H, y, a, b, c, h, n_q, k)
+            return fn(integrator, H, y, a, b, c, h, n_q, k)
 
-        code = run.__code__.replace(co_name=f"_sweeps_{next(_serial)}")
+        code = run.__code__.replace(co_name=f"{fn.__name__}_{next(_serial)}")
         fresh = types.FunctionType(code, run.__globals__, code.co_name, None, run.__closure__)
         programs[key] = _compile(fresh)
     return programs[key]
@@ -145,16 +165,28 @@ def sweeps(
 ) -> tuple[list[Tensor], Tensor] | None:
     """``_sweeps`` compiled (see there), or None where compilation is unavailable: the caller then
     runs the eager solver. Differentiable when grad mode is on (AOT autograd's backward)."""
+    return _call(_sweeps, integrator, H, y, a, b, c, h, n_q, k)
+
+
+def steps(
+    integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float, n_q: int, m: int
+) -> tuple[list[Tensor], list[Tensor], Tensor] | None:
+    """``_steps`` compiled (see there), or None where compilation is unavailable."""
+    return _call(_steps, integrator, H, y, a, b, c, h, n_q, m)
+
+
+def _call(fn: Callable, integrator, H, y, a, b, c, h: float, n_q: int, k: int):
+    """``fn`` compiled and called, or None (one notice per process) where compilation fails."""
     if _state["failed"]:
         return None
     try:
         if not _state["configured"]:
             _configure_cache()
             _state["configured"] = True
-        fn = _program(integrator, H, h, n_q, k)
+        program = _program(fn, integrator, H, h, n_q, k)
         with warnings.catch_warnings():  # dynamo traces through lru_cache'd constant helpers
             warnings.filterwarnings("ignore", message=".*functools.lru_cache.*")
-            return fn(H, *_unaliased(y, a, b, c))
+            return program(H, *_unaliased(y, a, b, c))
     except Exception as err:  # noqa: BLE001  (any compiler failure: run eagerly)
         _fail(err)
         return None

@@ -74,6 +74,7 @@ def runge_kutta(
     on_fail: str = "raise",
     compile: bool = False,
     compile_sweeps: int = 1,
+    compile_steps: int = 1,
 ) -> RungeKutta:
     """The Runge–Kutta integrator of a tableau (a name in TABLEAUX, or a Tableau) with its stage
     solver's options (``compile``: the stage solve as a compiled program, see ``RungeKutta``)."""
@@ -82,7 +83,12 @@ def runge_kutta(
             raise ValueError(f"unknown tableau {tableau!r}; choose one of {sorted(TABLEAUX)}")
         tableau = TABLEAUX[tableau]
     return RungeKutta(
-        tableau, FixedPoint(tol, max_iter, on_fail), predictor, compile, compile_sweeps
+        tableau,
+        FixedPoint(tol, max_iter, on_fail),
+        predictor,
+        compile,
+        compile_sweeps,
+        compile_steps,
     )
 
 
@@ -91,7 +97,15 @@ def _tableau(name: str) -> Callable[..., RungeKutta]:
 
 
 # name -> (factory, the options it takes)
-_STAGE_OPTIONS = ("tol", "max_iter", "predictor", "on_fail", "compile", "compile_sweeps")
+_STAGE_OPTIONS = (
+    "tol",
+    "max_iter",
+    "predictor",
+    "on_fail",
+    "compile",
+    "compile_sweeps",
+    "compile_steps",
+)
 INTEGRATORS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     **{name: (_tableau(name), _STAGE_OPTIONS) for name in TABLEAUX},
     TaoSplitting.name: (TaoSplitting, ("omega",)),

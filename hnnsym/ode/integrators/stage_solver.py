@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from hnnsym.errors import ConvergenceError
+from hnnsym.ode.compiled import steps as compiled_steps
 from hnnsym.ode.compiled import sweeps as compiled_sweeps
 from hnnsym.ode.integrators.tableaux import Tableau
 from hnnsym.ode.problem import Problem, SolverStats
@@ -158,13 +159,18 @@ class RungeKutta:
     ``compile``: run the predictor, ``compile_sweeps`` sweeps and their changes as one compiled
     program (``hnnsym.ode.compiled``), read back once per chunk of sweeps; chunks follow until a
     sweep meets the tolerance, and the first such iterate is the result, as in ``FixedPoint``.
-    Eager where compilation is unavailable."""
+    ``compile_steps`` = m > 1 (with "extrapolate"): once three steps are known, m steps of one
+    sweep each run as one program with one read-back; the leading steps whose sweep met the
+    tolerance are kept, the first that did not is stepped again alone. A run recomputed from a
+    kept state (checkpoint, keep_every) then meets the chunks at other steps, so it equals the
+    first run to rounding, not bit for bit. Eager where compilation is unavailable."""
 
     tableau: Tableau
     solver: FixedPoint = field(default_factory=FixedPoint)
     predictor: str = "extrapolate"
     compile: bool = False
     compile_sweeps: int = 1
+    compile_steps: int = 1
 
     has_stages = True  # capabilities the gradient methods check (hnnsym.ode.gradients)
     reversible = False
@@ -174,11 +180,10 @@ class RungeKutta:
             raise ValueError(f"predictor must be one of {PREDICTORS}, got {self.predictor!r}")
         if not isinstance(self.compile, bool):
             raise ValueError(f"compile must be true or false, got {self.compile!r}")
-        sweeps = self.compile_sweeps
-        if isinstance(sweeps, bool) or not isinstance(sweeps, int) or sweeps < 1:
-            raise ValueError(
-                f"compile_sweeps must be a whole number >= 1, got {self.compile_sweeps!r}"
-            )
+        for name in ("compile_sweeps", "compile_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
 
     @property
     def name(self) -> str:
@@ -221,7 +226,21 @@ class RungeKutta:
         out: list[Tensor] = []
         previous = tuple(previous) if self.predictor == "extrapolate" else ()
         f, separable = problem.f, problem.separable  # the same for every step
-        for n in range(start, end):
+        chunk = self.compile_steps if self.compile and self.predictor == "extrapolate" else 1
+        if self.explicit_order(separable) is not None:
+            chunk = 1
+        n = start
+        while n < end:
+            if chunk > 1 and len(previous) == 3 and end - n >= chunk:
+                states, stages = self._steps_compiled(problem, y, n, previous, chunk)
+                out += states
+                previous = (*previous, *stages)[-3:]
+                n += len(states)
+                y = out[-1] if out else y
+                if len(states) == chunk:
+                    continue
+            if n >= end:
+                break
             guess = None
             if problem.guess is not None and self.predictor == "observed":
                 guess = problem.guess[n + 1]
@@ -233,7 +252,30 @@ class RungeKutta:
             out.append(y)
             if self.predictor == "extrapolate":
                 previous = (*previous[-2:], K)
+            n += 1
         return out, previous
+
+    def _steps_compiled(
+        self, problem: Problem, y: Tensor, n: int, previous: tuple[Tensor, ...], m: int
+    ) -> tuple[list[Tensor], list[Tensor]]:
+        """Steps n, n+1, … from y by one compiled program of ``m`` steps of one sweep each
+        (``compiled.steps``), one read-back: the states and stages of the leading steps whose
+        sweep met the tolerance (a step that did not, and the steps after it, are dropped and
+        stepped again by the caller). Nothing where compilation is unavailable."""
+        self._partitioned, self._orders  # noqa: B018  (filled here: dynamo cannot enter their lock)
+        got = compiled_steps(self, problem.H, y, *previous, problem.h, y.shape[-1] // 2, m)
+        if got is None:
+            return [], []
+        states, stages, changes = got
+        tol, taken = self.solver.tolerance(y.dtype), 0
+        for j, change in enumerate(changes.tolist()):
+            residual = abs(problem.h) * change
+            if residual > tol:  # NaN is taken, and reported by conclude, as in FixedPoint
+                break
+            conclude("fixed-point iteration", 1, residual, tol, f"at step {n + j}",
+                     self.solver.on_fail, problem.stats)  # fmt: skip
+            taken += 1
+        return states[:taken], stages[:taken]
 
     def trajectory(self, problem: Problem, y0: Tensor) -> Tensor:
         """All states (steps+1, B, 2d), with a graph if grad mode is on."""
