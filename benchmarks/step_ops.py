@@ -3,6 +3,7 @@
     python benchmarks/step_ops.py                      # backprop and symplectic_adjoint, 32 steps
     python benchmarks/step_ops.py --methods backprop --steps 64
     python benchmarks/step_ops.py --compiled           # the stage solve compiled (integrator.compile)
+    python benchmarks/step_ops.py --compiled --compile-steps 8   # eight steps per compiled program
 
 The workload is the headline of ``python -m hnnsym.profile`` (as ``benchmarks/peer_jax.py`` builds
 it): HNN 2 -> 16 -> 32 -> 16 -> 1 tanh, coupled oscillator, batch 512, h = 0.01, float32, implicit
@@ -12,7 +13,7 @@ kernels inside them; with ``--compiled`` the calls of compiled graphs count as o
 ``compiled_graph``, besides the aten ops they call). Forward is ``solve_loss``, backward ``autograd.grad`` of its loss; counts are
 divided by the number of steps (the first step's extras and the loss are spread over them). Prints
 a table and writes ``step_ops.csv`` (method, phase, ops, ops_per_step, the ten most frequent ops)
-into ``--out`` (default outputs/bench; ``step_ops_compiled.csv`` with ``--compiled``).
+into ``--out`` (default outputs/bench; ``step_ops_compiled_x<m>.csv`` with ``--compiled``).
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ def _top_level(events) -> collections.Counter:
     return counts
 
 
-def count(method: str, steps: int, compiled: bool = False) -> dict[str, collections.Counter]:
+def count(
+    method: str, steps: int, compiled: bool = False, compile_steps: int = 1
+) -> dict[str, collections.Counter]:
     """{"forward", "backward"}: top-level aten ops of one iteration."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -56,7 +59,9 @@ def count(method: str, steps: int, compiled: bool = False) -> dict[str, collecti
     from hnnsym.ode.solve import solve_loss
 
     model, y0, target = _setup(steps)
-    integrator = get_integrator("implicit_midpoint", compile=compiled)
+    integrator = get_integrator(
+        "implicit_midpoint", compile=compiled, compile_steps=compile_steps if compiled else 1
+    )
     gradient = get_gradient(method)
     params = [p for p in model.parameters() if p.requires_grad]
 
@@ -92,16 +97,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench")
     parser.add_argument("--compiled", action="store_true", help="the stage solve compiled")
+    parser.add_argument(
+        "--compile-steps", type=int, default=1, help="with --compiled: steps per program"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = []
     for method in args.methods:
-        for phase, counts in count(method, args.steps, args.compiled).items():
+        for phase, counts in count(method, args.steps, args.compiled, args.compile_steps).items():
             total = sum(counts.values())
             top = " ".join(f"{n.removeprefix('aten::')}:{c}" for n, c in counts.most_common(10))
             rows.append(
                 {
-                    "method": method + (" compiled" if args.compiled else ""),
+                    "method": method
+                    + (f" compiled x{args.compile_steps}" if args.compiled else ""),
                     "phase": phase,
                     "ops": total,
                     "ops_per_step": round(total / args.steps, 1),
@@ -110,7 +119,7 @@ def main() -> None:
             )
             print(f"{method:20s} {phase:9s} {total / args.steps:7.1f} ops/step   {top}")
     args.out.mkdir(parents=True, exist_ok=True)
-    name = "step_ops_compiled.csv" if args.compiled else "step_ops.csv"
+    name = f"step_ops_compiled_x{args.compile_steps}.csv" if args.compiled else "step_ops.csv"
     with open(args.out / name, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
