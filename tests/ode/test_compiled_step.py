@@ -57,11 +57,11 @@ def _problem(dtype: torch.dtype, device: str = "cpu"):
     return _MODELS[(dtype, device)]
 
 
-def _run(dtype, gradient, compile_, sweeps=1, tol=None, loss_grad=True, device="cpu"):
+def _run(dtype, gradient, compile_, sweeps=1, tol=None, loss_grad=True, device="cpu", chunk=1):
     """(trajectory, parameter gradients or None, solver stats) of one rollout."""
     model, y0 = _problem(dtype, device)
     integ = get_integrator(
-        "implicit_midpoint", compile=compile_, compile_sweeps=sweeps, tol=tol
+        "implicit_midpoint", compile=compile_, compile_sweeps=sweeps, tol=tol, compile_steps=chunk
     )  # fmt: skip
     params = [p for p in model.parameters() if p.requires_grad]
     with torch.set_grad_enabled(loss_grad):
@@ -119,7 +119,7 @@ def test_compile_failure_falls_back_to_eager_with_one_notice(monkeypatch, caplog
     monkeypatch.setitem(compiled._state, "failed", False)
     with caplog.at_level(logging.WARNING, logger="hnnsym.ode.compiled"):
         ys_1, g_1, _ = _run(torch.float64, "backprop", True)
-        ys_2, g_2, _ = _run(torch.float64, "symplectic_adjoint", True)
+        ys_2, g_2, _ = _run(torch.float64, "symplectic_adjoint", True, chunk=3)
     ys_e, g_e, _ = _run(torch.float64, "backprop", False)
     notices = [r for r in caplog.records if r.name == "hnnsym.ode.compiled"]
     assert len(notices) == 1
