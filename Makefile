@@ -91,7 +91,8 @@ bench-peer: install
 # message (exit 0) without one.
 gpu-check: install
 	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
-		$(PY) -m pytest -q tests/ode/test_fixed_point_sweeps.py tests/ode/test_exact_gradients.py && \
+		$(PY) -m pytest -q tests/ode/test_fixed_point_sweeps.py tests/ode/test_exact_gradients.py \
+			tests/ode/test_compiled_step.py && \
 		$(PY) -m hnnsym.profile device=cuda 'profile.steps=[32,256]' profile.subprocess=false \
 			profile.torchdiffeq=false run_dir=outputs/profile/gpu_check; \
 	else echo "gpu-check: skipped, no CUDA device (torch.cuda.is_available() is False)"; fi
