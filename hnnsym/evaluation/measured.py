@@ -15,6 +15,12 @@ baselines predict, and
     mse_h<h>_<b>     the same for baseline b (no_motion, constant_velocity, linear) on the same
                      windows; ``ratio_h<h>_<b>`` = mse_h<h> / mse_h<h>_<b> (< 1: the model is better)
     mse_per_coordinate  {model and baselines: {column: MSE at the main horizon}}
+    learned_chain    a model with the chain mass matrix: its mass matrix and friction as a
+                     compound pendulum's (``hnnsym.evaluation.chains.learned_chain``)
+    mse_points_h<h>, mse_angles_h<h>   (with ``_<b>`` for the baselines) for a chain recorded
+                     in joint angles (the file's ``chain`` attribute): the error in the tracked
+                     points, in the recording's units² (px²), and in the wrapped angles (rad²)
+                     (``hnnsym.evaluation.chains``)
     warning          a sentence when the model is not below the best trivial predictor there
 
 The whole test trajectories are also rolled out from their first state(s) (as far as
@@ -52,6 +58,7 @@ from hnnsym.data.units import Units
 from hnnsym.data.velocities import VelocityMap
 from hnnsym.errors import UserError
 from hnnsym.evaluation import horizons, plots
+from hnnsym.evaluation.chains import angle_chain, chain_horizon_metrics, learned_chain
 from hnnsym.evaluation.metrics import energies, rollout_metrics
 from hnnsym.evaluation.positions import prediction_scheme, rollout_positions
 from hnnsym.evaluation.problem import Problem, Rolled
@@ -218,10 +225,12 @@ def window_predictions(
 
 
 def horizon_metrics(
-    w: Windows, predictor: Predictor, units: Units, train: np.ndarray
+    w: Windows, predictor: Predictor, units: Units, train: np.ndarray, chain: dict | None = None
 ) -> tuple[dict, dict]:
     """The horizon metrics of the window predictions ``w`` beside the baselines' (the linear one
-    fitted on the training trajectories), all in recording units; and what the figure needs."""
+    fitted on the training trajectories), all in recording units, with those in the tracked
+    points and angles for a ``chain`` in joint angles (``angle_chain``); and what the figure
+    needs."""
     d, g = units.dim, predictor.given
     periodic = list(units.periodic)
     hs, H = w.hs, w.hs[-1]
@@ -249,6 +258,9 @@ def horizon_metrics(
         for b in horizons.BASELINES:
             ref = base_mse[b][h]
             out[f"ratio_h{h}_{b}"] = model_mse[h] / ref if ref > 0 else math.nan
+    if chain is not None:
+        out["points_units"] = chain.get("units")
+        out |= chain_horizon_metrics(chain, pred, observed, base, hs)
     labels, _ = axis_labels(units, d)
     names = labels[: w.scaled.shape[-1]]
     per = {"model": horizons.per_coordinate_mse(pred, observed, H, periodic)}
@@ -353,6 +365,8 @@ class MeasuredPart:
             "units": units.as_attr(),
         }
         x |= {"per": per, "ok": ok}
+        if (chain := learned_chain(p.model, units.time)) is not None:
+            metrics["learned_chain"] = chain
         notes = [
             "no true H (system measured): the H and vector-field errors (h_l1, h_l1_raw, "
             "h_l1_rel, vf_l1, vf_rel), energy_drift_true_* and energy_drift_data_max are "
@@ -409,7 +423,8 @@ class MeasuredPart:
         x, d, steps = r.detail, p.system.dim, p.steps
         units, periodic, predictor, ok = x["units"], x["periodic"], x["predictor"], x["ok"]
         g = predictor.given
-        found, x["drawn"] = horizon_metrics(x["windows"], predictor, units, x["train"])
+        chain = angle_chain(p.data.attrs)
+        found, x["drawn"] = horizon_metrics(x["windows"], predictor, units, x["train"], chain)
         dt = p.obs_dt * units.time
         whole = horizons.tile_windows(units.to_recording(x["test"][:, : steps + 1]), steps)
         coef = horizons.fit_linear(units.to_recording(x["train"]), periodic, order=g)
@@ -421,6 +436,11 @@ class MeasuredPart:
         if found["windows_failed"]:
             notes.append(f"{found['windows_failed']} of {found['windows']} window rollouts "
                          "failed: mse_h<h> and the baselines' are over the others")  # fmt: skip
+        if chain is not None:
+            notes.append("a chain in joint angles: mse_points_h<h> in its tracked points "
+                         f"({found['points_units'] or 'the recording units'}², x_k = origin + "
+                         "Σ l_j (cos θ_j, sin θ_j) by the file's chain attribute) and "
+                         "mse_angles_h<h> in the wrapped angles (rad²), beside the baselines'")  # fmt: skip
         if found["windows"] < 5:
             notes.append(f"only {found['windows']} test windows: the errors are rough")
         if metrics.get("damping_learned") is not None:
@@ -501,22 +521,43 @@ def draw_measured_figures(
     return figures
 
 
-def horizon_table(m: dict) -> str:
-    """The horizon lines of the terminal summary: the model's MSE beside each baseline's (and
-    the model's ratio to it) per horizon."""
+def horizon_table(m: dict, key: str = "mse") -> str:
+    """The horizon lines of the terminal summary: the model's MSE (``<key>_h<h>``) beside each
+    baseline's (and the model's ratio to it) per horizon."""
     f = partial(number, m)
     head = ["horizon", "model", *(b.replace("_", " ") for b in m["baselines"])]
     rows = []
     for h, when in zip(m["horizons"], m["horizon_times"], strict=True):
-        cells = [f"{h} ({when:.4g})", f(f"mse_h{h}")]
+        model = m.get(f"{key}_h{h}")
+        cells = [f"{h} ({when:.4g})", f(f"{key}_h{h}")]
         for b in m["baselines"]:
-            ratio = m.get(f"ratio_h{h}_{b}")
+            ref = m.get(f"{key}_h{h}_{b}")
+            ratio = model / ref if model is not None and ref else None
             shown = "" if ratio is None else f" (x{ratio:.3g})"
-            cells.append(f"{f(f'mse_h{h}_{b}')}{shown}")
+            cells.append(f"{f(f'{key}_h{h}_{b}')}{shown}")
         rows.append(cells)
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     return "\n".join("    " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
                      for r in [head, *rows])  # fmt: skip
+
+
+def chain_lines(m: dict) -> str:
+    """The summary's tables in the tracked points and angles of a chain in joint angles, and
+    the learned chain's mass matrix and friction (empty for other files and models)."""
+    text = ""
+    if f"mse_points_h{m['main_horizon']}" in m:
+        unit = m.get("points_units") or "recording units"
+        text += (f"  in the tracked points ({unit}²):\n{horizon_table(m, 'mse_points')}\n"
+                 f"  in the joint angles (rad², wrapped):\n{horizon_table(m, 'mse_angles')}\n")  # fmt: skip
+    if c := m.get("learned_chain"):
+
+        def show(rows: list) -> str:
+            return str([[float(f"{v:.4g}") for v in r] for r in rows])
+
+        text += (f"  learned chain: M / M₁₁ = {show(c['inertia'])} × cos(θᵢ − θⱼ), "
+                 f"anisotropy {c['anisotropy']:.3g}; friction R / M₁₁ = {show(c['friction'])} "
+                 "(1/time)\n")  # fmt: skip
+    return text
 
 
 def measured_summary(m: dict, out: Path) -> str:
@@ -531,6 +572,7 @@ def measured_summary(m: dict, out: Path) -> str:
         f"{m['main_horizon']} steps ({m['rollout_integrator']}, dt = {m['rollout_dt']:g}), "
         "up to each horizon (steps and time; model/baseline in brackets):\n"
         f"{horizon_table(m)}\n"
+        f"{chain_lines(m)}"
         f"  whole test trajectories ({m['rollout_trajectories']}, to t = "
         f"{m['rollout_horizon']:g}): mse {f('traj_mse')} ({baselines}); at "
         f"{m['short_horizon_steps']} steps (the training window) |error| {f('traj_l2_short')}; "

@@ -2,10 +2,23 @@
 
     L(q, q̇) = ½ q̇ᵀ M_θ(q) q̇ − V_θ(q),      Rayleigh dissipation F(q, q̇) = ½ q̇ᵀ R_θ(q) q̇
 
-M_θ(q) = L_θ(q) L_θ(q)ᵀ with L_θ lower triangular, its diagonal softplus(·) + ``mass_eps`` > 0,
-so M_θ is symmetric positive definite for every q; R_θ(q) = D_θ(q) D_θ(q)ᵀ (D lower triangular,
-free) is positive semi-definite. Angle coordinates (``periodic``) enter the networks as
-(cos q_i, sin q_i) (``hnnsym.physics.models.PeriodicInputs``).
+Two mass matrices (``mass``):
+
+- ``network``: M_θ(q) = L_θ(q) L_θ(q)ᵀ with L_θ lower triangular from an MLP, its diagonal
+  softplus(·) + ``mass_eps`` > 0, so M_θ is symmetric positive definite for every q.
+- ``chain``: q = (θ₁, …, θ_n) are the angles of the n links of a planar chain from a fixed
+  pivot, embedded as the unit-link points x_k(θ) = Σ_{j≤k} (cos θ_j, sin θ_j) (k = 1..n), and
+  M_θ(θ) = J(θ)ᵀ A J(θ), J = ∂x/∂θ (2n × n), A = C Cᵀ a learned constant SPD 2n × 2n matrix (C
+  lower triangular, diagonal softplus(·) + ``mass_eps``). The kinetic energy of rigid bodies
+  moving in a plane with the links is a constant quadratic form in the velocities of the link
+  end points, so this M is exact for compound pendulums (rods with any mass, length, centre
+  and moment of inertia): the lengths are absorbed into A. J has full column rank (column j
+  is (−sin θ_j, cos θ_j) in the rows of the points k ≥ j), so M_θ is SPD. The potential gains
+  a linear form in (cos θ, sin θ): uniform gravity's, −g · Σ m_k x_k, in any direction.
+
+Either way R_θ(q) = D_θ(q) D_θ(q)ᵀ (D lower triangular, free) is positive semi-definite. Angle
+coordinates (``periodic``) enter the networks as (cos q_i, sin q_i)
+(``hnnsym.physics.models.PeriodicInputs``).
 
 The project's integrators step states y = (q, p) (B, 2d): the Legendre transform p = M_θ(q) q̇
 (``to_state``; back: ``velocities``) gives
@@ -37,11 +50,22 @@ from hnnsym.physics.capabilities import ModelCapability
 from hnnsym.physics.models import PeriodicInputs, mlp, periodic_indices
 
 DAMPING_KINDS = ("none", "constant", "state")
+MASS_KINDS = ("network", "chain")
+
+
+def chain_jacobian(theta: Tensor) -> Tensor:
+    """J(θ) = ∂x/∂θ (..., 2n, n) of the unit-link chain x_k = Σ_{j≤k} (cos θ_j, sin θ_j): rows
+    (2k, 2k+1) are point k's (x, y), column j is (−sin θ_j, cos θ_j) for k ≥ j, else 0."""
+    n = theta.shape[-1]
+    tangent = torch.stack([-torch.sin(theta), torch.cos(theta)], -2)  # (..., 2, n): column j
+    below = torch.ones(n, n, dtype=theta.dtype, device=theta.device).tril()  # [k, j]: k ≥ j
+    J = below[:, None, :] * tangent.unsqueeze(-3)  # (..., n, 2, n)
+    return J.reshape(*theta.shape[:-1], 2 * n, n)
 
 
 class LagrangianModel(nn.Module):
-    """M_θ(q) (Cholesky network), V_θ(q) and R_θ(q) over d generalised coordinates; a model of
-    states (q, p), p = M_θ(q) q̇."""
+    """M_θ(q) (Cholesky network, or J(θ)ᵀ A J(θ) of a planar chain), V_θ(q) and R_θ(q) over d
+    generalised coordinates; a model of states (q, p), p = M_θ(q) q̇."""
 
     capabilities = frozenset(
         {
@@ -62,22 +86,38 @@ class LagrangianModel(nn.Module):
         damping_init: float = 0.01,
         mass_eps: float = 1e-3,
         periodic: Sequence[int] | None = (),
+        mass: str = "network",
     ):
         super().__init__()
         if damping not in DAMPING_KINDS:
             raise ValueError(f"damping must be one of {DAMPING_KINDS}, got {damping!r}")
+        if mass not in MASS_KINDS:
+            raise ValueError(f"mass must be one of {MASS_KINDS}, got {mass!r}")
         if not (math.isfinite(damping_init) and damping_init > 0):
             raise ValueError(f"damping_init must be finite and > 0, got {damping_init}")
         if not (math.isfinite(mass_eps) and mass_eps > 0):
             raise ValueError(f"mass_eps must be finite and > 0, got {mass_eps}")
         self.dim, self.mass_eps, self.damping_kind = dim, float(mass_eps), damping
+        self.mass_kind = mass
         self.periodic = periodic_indices(periodic, dim)
+        if mass == "chain" and len(self.periodic) != dim:
+            raise ValueError(f"mass=chain needs every coordinate to be a link angle; periodic "
+                             f"{list(self.periodic)} of {dim} coordinates")  # fmt: skip
         self.inputs = PeriodicInputs(dim, self.periodic)
         rows, cols = torch.tril_indices(dim, dim)
         self.register_buffer("_rows", rows, persistent=False)
         self.register_buffer("_cols", cols, persistent=False)
         n_in = self.inputs.n_out
-        self.mass_net = mlp(n_in, hidden, activation, n_out=len(rows))
+        if mass == "network":
+            self.mass_net = mlp(n_in, hidden, activation, n_out=len(rows))
+        else:  # C starts at I: A = I, M = JᵀJ (unit point masses at the link ends)
+            n = 2 * dim
+            start = math.log(math.expm1(max(1.0 - self.mass_eps, 1e-6)))  # softplus⁻¹
+            self.chain_factor = nn.Parameter(start * torch.eye(n, dtype=torch.get_default_dtype()))
+            # uniform gravity's potential −g · Σ m_k x_k is linear in the points, i.e. in
+            # (cos θ, sin θ): a linear term (any direction) beside the MLP, starting at 0
+            self.potential_linear = nn.Linear(n_in, 1, bias=False)
+            nn.init.zeros_(self.potential_linear.weight)
         self.potential_net = mlp(n_in, hidden, activation, n_out=1)
         scale = math.sqrt(damping_init)
         if damping == "constant":
@@ -95,21 +135,42 @@ class LagrangianModel(nn.Module):
         out[..., self._rows, self._cols] = entries
         return out
 
+    def chain_cholesky(self) -> Tensor:
+        """C (2d, 2d) of mass=chain: lower triangular, diagonal softplus(·) + mass_eps."""
+        raw = torch.tril(self.chain_factor, -1)
+        return raw + torch.diag(softplus(torch.diagonal(self.chain_factor)) + self.mass_eps)
+
+    def chain_mass(self) -> Tensor:
+        """A = C Cᵀ (2d, 2d) of mass=chain: the constant kinetic form of the unit-link points'
+        velocities (x₁, y₁, x₂, y₂, ...)."""
+        C = self.chain_cholesky()
+        return C @ C.mT
+
     def mass_cholesky(self, q: Tensor) -> Tensor:
-        """L_θ(q) (..., d, d): lower triangular, diagonal softplus(·) + mass_eps."""
+        """The lower-triangular Cholesky factor of M_θ(q) (..., d, d): the network's (diagonal
+        softplus(·) + mass_eps), or for mass=chain that of J(θ)ᵀ A J(θ)."""
+        if self.mass_kind == "chain":
+            return torch.linalg.cholesky(self.mass_matrix(q))
         entries = self.mass_net(self.inputs(q))
         diagonal = (self._rows == self._cols).to(entries.dtype)
         entries = diagonal * (softplus(entries) + self.mass_eps) + (1 - diagonal) * entries
         return self._lower(entries)
 
     def mass_matrix(self, q: Tensor) -> Tensor:
-        """M_θ(q) = L Lᵀ (..., d, d), symmetric positive definite."""
+        """M_θ(q) (..., d, d), symmetric positive definite: L Lᵀ, or (Cᵀ J)ᵀ (Cᵀ J)."""
+        if self.mass_kind == "chain":
+            G = self.chain_cholesky().mT.to(q) @ chain_jacobian(q)  # (..., 2d, d)
+            return G.mT @ G
         L = self.mass_cholesky(q)
         return L @ L.mT
 
     def potential(self, q: Tensor) -> Tensor:
-        """V_θ(q) (...,)."""
-        return self.potential_net(self.inputs(q)).squeeze(-1)
+        """V_θ(q) (...,): the MLP's, plus for mass=chain a linear form in (cos θ, sin θ)."""
+        e = self.inputs(q)
+        v = self.potential_net(e)
+        if self.mass_kind == "chain":
+            v = v + self.potential_linear(e)
+        return v.squeeze(-1)
 
     def rayleigh_matrix(self, q: Tensor) -> Tensor:
         """R_θ(q) (..., d, d) of the dissipation ½ q̇ᵀ R q̇: positive semi-definite."""
