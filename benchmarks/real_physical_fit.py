@@ -63,6 +63,7 @@ from hnnsym.data.chains import fit_circle, tracked_points
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.units import Units
 from hnnsym.evaluation import horizons
+from hnnsym.evaluation.chains import chain_points
 
 try:
     from scipy.linalg import expm
@@ -308,17 +309,6 @@ def fit_pendulum_params(th_train: np.ndarray, dt: float, H: int) -> tuple:
     truth = th_train[:, idx].reshape(-1, H + 1, 2)
     theta, sol = pend_fit_rollout(theta_fd, starts, truth, dt)
     return theta, theta_fd, sol, int(starts.shape[0])
-
-
-def chain_points(geometry: dict, th: np.ndarray) -> np.ndarray:
-    """(…, 2) joint angles → (…, 4) the moving points, by a file's chain attribute: x_k =
-    origin + Σ_{j≤k} l_j (cos θ_j, sin θ_j), in its units."""
-    x = np.asarray(geometry["origin"], dtype=np.float64)
-    out = []
-    for k, length in enumerate(geometry["lengths"]):
-        x = x + length * np.stack([np.cos(th[..., k]), np.sin(th[..., k])], -1)
-        out.append(x)
-    return np.concatenate(out, -1)
 
 
 def fit_chain_angles(path: Path, data, units: Units, asked: list[int] | None) -> dict:

@@ -17,9 +17,10 @@ baselines predict, and
     mse_per_coordinate  {model and baselines: {column: MSE at the main horizon}}
     learned_chain    a model with the chain mass matrix: its mass matrix and friction as a
                      compound pendulum's (``hnnsym.evaluation.chains.learned_chain``)
-    mse_points_h<h>, mse_angles_h<h>   (with ``_<b>`` for the baselines) for a chain recorded
-                     in joint angles (the file's ``chain`` attribute): the error in the tracked
-                     points, in the recording's units² (px²), and in the wrapped angles (rad²)
+    mse_points_h<h>, mse_angles_h<h>   (with ``_<b>`` for the baselines) for a tracked chain
+                     (the file's ``chain`` attribute): the error in the tracked points, in the
+                     recording's units² (px²), and for a chain in joint angles in the wrapped
+                     angles (rad²)
                      (``hnnsym.evaluation.chains``)
     warning          a sentence when the model is not below the best trivial predictor there
 
@@ -58,7 +59,7 @@ from hnnsym.data.units import Units
 from hnnsym.data.velocities import VelocityMap
 from hnnsym.errors import UserError
 from hnnsym.evaluation import horizons, plots
-from hnnsym.evaluation.chains import angle_chain, chain_horizon_metrics, learned_chain
+from hnnsym.evaluation.chains import chain_horizon_metrics, learned_chain, recorded_chain
 from hnnsym.evaluation.metrics import energies, rollout_metrics
 from hnnsym.evaluation.positions import prediction_scheme, rollout_positions
 from hnnsym.evaluation.problem import Problem, Rolled
@@ -229,7 +230,7 @@ def horizon_metrics(
 ) -> tuple[dict, dict]:
     """The horizon metrics of the window predictions ``w`` beside the baselines' (the linear one
     fitted on the training trajectories), all in recording units, with those in the tracked
-    points and angles for a ``chain`` in joint angles (``angle_chain``); and what the figure
+    points (and angles) of a recorded ``chain`` (``recorded_chain``); and what the figure
     needs."""
     d, g = units.dim, predictor.given
     periodic = list(units.periodic)
@@ -423,7 +424,7 @@ class MeasuredPart:
         x, d, steps = r.detail, p.system.dim, p.steps
         units, periodic, predictor, ok = x["units"], x["periodic"], x["predictor"], x["ok"]
         g = predictor.given
-        chain = angle_chain(p.data.attrs)
+        chain = recorded_chain(p.data.attrs)
         found, x["drawn"] = horizon_metrics(x["windows"], predictor, units, x["train"], chain)
         dt = p.obs_dt * units.time
         whole = horizons.tile_windows(units.to_recording(x["test"][:, : steps + 1]), steps)
@@ -436,7 +437,11 @@ class MeasuredPart:
         if found["windows_failed"]:
             notes.append(f"{found['windows_failed']} of {found['windows']} window rollouts "
                          "failed: mse_h<h> and the baselines' are over the others")  # fmt: skip
-        if chain is not None:
+        if chain is not None and chain.get("coordinates") == "points":
+            notes.append("a chain of tracked points: mse_points_h<h> is the error in its points "
+                         f"({found['points_units'] or 'the recording units'}²), without the "
+                         "velocities, beside the baselines'")  # fmt: skip
+        elif chain is not None:
             notes.append("a chain in joint angles: mse_points_h<h> in its tracked points "
                          f"({found['points_units'] or 'the recording units'}², x_k = origin + "
                          "Σ l_j (cos θ_j, sin θ_j) by the file's chain attribute) and "
@@ -542,13 +547,14 @@ def horizon_table(m: dict, key: str = "mse") -> str:
 
 
 def chain_lines(m: dict) -> str:
-    """The summary's tables in the tracked points and angles of a chain in joint angles, and
+    """The summary's tables in the tracked points (and angles) of a recorded chain, and
     the learned chain's mass matrix and friction (empty for other files and models)."""
     text = ""
     if f"mse_points_h{m['main_horizon']}" in m:
         unit = m.get("points_units") or "recording units"
-        text += (f"  in the tracked points ({unit}²):\n{horizon_table(m, 'mse_points')}\n"
-                 f"  in the joint angles (rad², wrapped):\n{horizon_table(m, 'mse_angles')}\n")  # fmt: skip
+        text += f"  in the tracked points ({unit}²):\n{horizon_table(m, 'mse_points')}\n"
+    if f"mse_angles_h{m['main_horizon']}" in m:
+        text += f"  in the joint angles (rad², wrapped):\n{horizon_table(m, 'mse_angles')}\n"
     if c := m.get("learned_chain"):
 
         def show(rows: list) -> str:

@@ -51,6 +51,9 @@ def test_chnn_learns_a_filmed_chain_with_its_recorded_constraints(tmp_path):
     ok(proc)
     metrics = json.loads((tmp_path / "run" / "eval" / "metrics.json").read_text())
     assert all(math.isfinite(metrics[f"mse_h{h}"]) for h in (5, 10))
+    # the error in the tracked points (px²), without the velocities, beside the baselines'
+    assert all(math.isfinite(metrics[f"mse_points_h{h}"]) for h in (5, 10))
+    assert metrics["mse_points_h10_no_motion"] < metrics["mse_h10_no_motion"]
     assert metrics["damping_learned"] > 0  # the joint friction, reported
 
 

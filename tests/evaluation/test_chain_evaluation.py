@@ -17,7 +17,7 @@ from hnnsym.config import CONF_DIR
 from hnnsym.data.hdf5 import Split, read_dataset, write_dataset
 from hnnsym.data.units import Units
 from hnnsym.evaluation import horizons
-from hnnsym.evaluation.chains import angle_chain, chain_points
+from hnnsym.evaluation.chains import chain_points, recorded_chain
 from hnnsym.evaluation.stage import evaluate, summary
 from hnnsym.train import train
 
@@ -84,9 +84,8 @@ def by_hand(theta: np.ndarray) -> np.ndarray:
 def test_chain_points_and_which_files_have_them() -> None:
     theta = np.random.default_rng(0).uniform(-7, 7, (5, 3, 2))
     np.testing.assert_allclose(chain_points(CHAIN, theta), by_hand(theta), rtol=1e-13)
-    assert angle_chain({"chain": json.dumps(CHAIN)})["lengths"] == list(LENGTHS)
-    assert angle_chain({"chain": json.dumps(CHAIN | {"coordinates": "points"})}) is None
-    assert angle_chain({}) is None
+    assert recorded_chain({"chain": json.dumps(CHAIN)})["lengths"] == list(LENGTHS)
+    assert recorded_chain({}) is None
 
 
 @pytest.fixture(scope="module")
