@@ -59,7 +59,12 @@ from hnnsym.data.units import Units
 from hnnsym.data.velocities import VelocityMap
 from hnnsym.errors import UserError
 from hnnsym.evaluation import horizons, plots
-from hnnsym.evaluation.chains import chain_horizon_metrics, learned_chain, recorded_chain
+from hnnsym.evaluation.chains import (
+    chain_horizon_metrics,
+    chain_points,
+    learned_chain,
+    recorded_chain,
+)
 from hnnsym.evaluation.metrics import energies, rollout_metrics
 from hnnsym.evaluation.positions import prediction_scheme, rollout_positions
 from hnnsym.evaluation.problem import Problem, Rolled
@@ -460,13 +465,29 @@ class MeasuredPart:
         labels, time_label = axis_labels(x["units"], d)
         return draw_measured_figures(p.cfg, p.out, d, x["units"], labels, time_label, x["obs"],
                                      x["pred"], x["tt"], x["per"], x["learned"], x["e_pred"],
-                                     x["energy_model"], x["train"], x["drawn"])  # fmt: skip
+                                     x["energy_model"], x["train"], x["drawn"],
+                                     recorded_chain(p.data.attrs))  # fmt: skip
 
     def wrote(self, m: dict) -> bool:
         return m.get("system", {}).get("name") == MEASURED
 
     def summary(self, m: dict, out: Path) -> str:
         return measured_summary(m, out)
+
+
+ARMS_FRAMES = 26  # the chain figure: the first 25 steps of a test trajectory
+
+
+def image_points(chain: dict, states: Tensor | np.ndarray) -> np.ndarray:
+    """The moving points (T, n, 2) in the image (the recording's units) of states (T, w) of a
+    recorded chain: joint angles mapped by its geometry, or points relative to its origin."""
+    states = np.asarray(torch.as_tensor(states).detach().cpu(), dtype=np.float64)
+    n = len(chain["lengths"])
+    if chain.get("coordinates") == "angles":
+        flat = chain_points(chain, states[..., :n])
+    else:
+        flat = states[..., : 2 * n] + np.tile(np.asarray(chain["origin"]), n)
+    return flat.reshape(*flat.shape[:-1], n, 2)
 
 
 def draw_measured_figures(
@@ -485,8 +506,10 @@ def draw_measured_figures(
     energy_model: nn.Module | None,
     train: np.ndarray,
     drawn: dict,
+    chain: dict | None = None,
 ) -> list[str]:
-    """The figures of a measured evaluation, in the recording's units, into ``out``."""
+    """The figures of a measured evaluation, in the recording's units, into ``out``; for a
+    recorded ``chain``, its arms in motion over the first test trajectory (``chain_motion``)."""
     e = cfg.eval
     k = min(int(e.plot_trajectories), obs.shape[1])
     figures = []
@@ -514,6 +537,11 @@ def draw_measured_figures(
             plots.plot_learned_energy(tt, learned["energy"][:, :k], e_pred[:, :k],
                                       out / "energy.png", time_label)  # fmt: skip
             figures.append("energy")
+    if chain is not None and k:
+        plots.plot_chain_motion(tt[:ARMS_FRAMES], image_points(chain, obs[:ARMS_FRAMES, 0]),
+                                image_points(chain, pred[:ARMS_FRAMES, 0]), chain["origin"],
+                                out / "chain_motion.png", chain.get("units"))  # fmt: skip
+        figures.append("chain_motion")
     plots.plot_rollout_error(tt, per["l2"], per["rel_err"], e.valid_threshold,
                              out / "rollout_error.png", time_label)  # fmt: skip
     figures.append("rollout_error")

@@ -100,7 +100,7 @@ def chain_run(tmp_path_factory):
     common = ["system=measured", f"data_file={data}", f"run_dir={tmp / 'run'}", "device=cpu",
               "experiment=recording_chain", "model.hidden=[16]", "seed=0"]  # fmt: skip
     train(composed("train", [*common, "train.epochs=2", "train.progress=false"]))
-    metrics = evaluate(composed("evaluate", [*common, "eval.figures=false"]))
+    metrics = evaluate(composed("evaluate", common))  # figures too: the arms in motion
     return data, metrics
 
 
@@ -133,6 +133,7 @@ def test_the_summary_and_metrics_json_carry_them(chain_run) -> None:
     assert "in the tracked points (px²)" in text and "in the joint angles (rad², wrapped)" in text
     saved = json.loads((Path(m["files"]["dir"]) / "metrics.json").read_text())
     assert saved["mse_points_h25_linear"] == pytest.approx(m["mse_points_h25_linear"])
+    assert (Path(m["files"]["dir"]) / "chain_motion.png").stat().st_size > 10_000  # the arms
 
 
 def test_the_learned_chain_in_a_compound_pendulums_terms() -> None:
