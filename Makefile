@@ -91,7 +91,8 @@ bench-peer: install
 # message (exit 0) without one.
 gpu-check: install
 	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
-		$(PY) -m pytest -q tests/ode/test_fixed_point_sweeps.py tests/ode/test_exact_gradients.py && \
+		$(PY) -m pytest -q tests/ode/test_fixed_point_sweeps.py tests/ode/test_exact_gradients.py \
+			tests/ode/test_compiled_step.py && \
 		$(PY) -m hnnsym.profile device=cuda 'profile.steps=[32,256]' profile.subprocess=false \
 			profile.torchdiffeq=false run_dir=outputs/profile/gpu_check; \
 	else echo "gpu-check: skipped, no CUDA device (torch.cuda.is_available() is False)"; fi
@@ -265,14 +266,18 @@ table-chain: install
 # Into data/measured/<stem>.h5, in scaled units (ingest.scale=auto). The spring-mass files: a %
 # header naming 2 (4) of their 4 (6) columns, so the names are given; one 29 s (16.5 s) run cut
 # into blocks of <= 64 (24) steps. The IBM double pendulum: 6 pixel columns, no header, 400 fps,
-# positions only (the bobs; the pivot is read, not used), subsampled to 100 fps, blocks of <= 128
-# steps, the last 9 s held out as test.
+# subsampled to 100 fps, blocks of <= 128 steps, the last 9 s held out as test, three ways: the
+# bobs' positions only (<stem>.h5), the tracked chain (pivot, bob1, bob2; detected) as joint angles
+# with smoothed rates (<stem>_angles.h5), and as its points with smoothed velocities
+# (<stem>_points.h5).
 # Then: the physical yardstick (benchmarks/real_physical_fit.py: a damped oscillator, coupled
 # damped oscillators, fitted on the training split), the models that apply trained and evaluated
 # into $(REAL_OUT)/<stem>/<model>/seed<k> (the oscillators: $(REAL_MODELS) with
 # experiment=$(REAL_EXPERIMENT), the coupled ones with $(REAL_EXPERIMENT2), seeds $(REAL_SEEDS);
-# REAL_MODELS="dissipative_hnn hnn" for both models; the positions-only double pendulums:
-# experiment=recording_positions, seed 0), and one table of
+# the double pendulums: experiment=recording_positions (DDLM) on the positions, seed 0;
+# experiment=recording_chain (the Lagrangian model with the chain mass matrix) on the angles, seeds
+# $(REAL_SEEDS); experiment=recording_points (CHNN, full mass matrix, joint friction) on the points,
+# seeds $(REAL_POINTS_SEEDS)), and one table of
 # the models against the baselines (no motion, constant velocity, linear) and the physical fit:
 # outputs/bench/real/real_table.{csv,md} (docs/guide/recordings.md, "Results on real recordings").
 # Wall time: about 5 min on 2 CPU cores (278 s measured, beside a test run), most of it the 6
@@ -284,7 +289,9 @@ IBM_UNITS := {time: s, x0: px, y0: px, x1: px, y1: px, x2: px, y2: px}
 IBM_POINTS := {pivot: [x0, y0], bob1: [x1, y1], bob2: [x2, y2]}
 REAL_OUT ?= outputs/real
 REAL_SEEDS ?= 0 1 2
-REAL_MODELS ?= dissipative_hnn
+REAL_MODELS ?= dissipative_hnn lagrangian
+# the seeds of the constrained model (CHNN) on the films' tracked points (about 2.5 min a run)
+REAL_POINTS_SEEDS ?= 0
 # the experiments (hnnsym/conf/experiment/recording*.yaml) of the oscillator, the coupled ones and
 # the positions-only double pendulums
 REAL_EXPERIMENT ?= recording
@@ -319,12 +326,20 @@ real-data: install
 	  'ingest.points=$(IBM_POINTS)' ingest.chain=detect ingest.coordinates=angles \
 	  ingest.velocities=smoothing 'ingest.units=$(IBM_UNITS)' ingest.max_segment=128 \
 	  'ingest.split={val: 0.15, test: {time: [36.0, 45.0]}}' \
-	  ingest.name=ibm_double_pendulum_run$${run}_angles ingest.overwrite=true || exit 1; done
-	$(PY) benchmarks/real_physical_fit.py data/measured/lipson_real_*.h5 \
-	  $(foreach f,$(REAL_PEND),data/measured/$(f).h5 data/measured/$(f)_angles.h5)
+	  ingest.name=ibm_double_pendulum_run$${run}_angles ingest.overwrite=true || exit 1; \
+	  $(PY) -m hnnsym.ingest ingest.source=$(REAL_DIR)/ibm_double_pendulum_run$$run.csv \
+	  ingest.names=$(IBM_NAMES) ingest.time=null ingest.dt=0.0025 ingest.every=4 \
+	  'ingest.points=$(IBM_POINTS)' ingest.chain=detect ingest.velocities=smoothing \
+	  'ingest.units=$(IBM_UNITS)' ingest.max_segment=128 \
+	  'ingest.split={val: 0.15, test: {time: [36.0, 45.0]}}' \
+	  ingest.name=ibm_double_pendulum_run$${run}_points ingest.overwrite=true || exit 1; done
+	$(PY) benchmarks/real_physical_fit.py data/measured/lipson_real_*.h5 $(foreach f,$(REAL_PEND),\
+	  data/measured/$(f).h5 data/measured/$(f)_angles.h5 data/measured/$(f)_points.h5)
 	$(call real_runs,lipson_real_linear_h_1,$(REAL_EXPERIMENT),$(REAL_MODELS),$(REAL_SEEDS))
 	$(call real_runs,lipson_real_double_linear_h_1,$(REAL_EXPERIMENT2),$(REAL_MODELS),$(REAL_SEEDS))
 	$(foreach f,$(REAL_PEND),$(call real_runs,$(f),recording_positions,potential,0))
+	$(foreach f,$(REAL_PEND),$(call real_runs,$(f)_angles,recording_chain,lagrangian,$(REAL_SEEDS)))
+	$(foreach f,$(REAL_PEND),$(call real_runs,$(f)_points,recording_points,chnn,$(REAL_POINTS_SEEDS)))
 	$(PY) benchmarks/real_table.py --runs $(REAL_OUT)
 
 clean:

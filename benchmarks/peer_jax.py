@@ -10,14 +10,18 @@ sweeps), loss = the mean squared error over every state of the rollout, gradient
 the network's parameters. The JAX side runs the same predictor and iteration inside
 ``lax.scan`` with ``jax.checkpoint`` per step and a reverse-differentiable while loop
 (``equinox.internal.while_loop``, checkpointed), under ``jit``; the network starts from the same
-weights, so trajectories and gradients are compared too (float32).
+weights, so trajectories and gradients are compared too (float32). hnnsym runs eagerly and with
+its stage solve compiled (``integrator.compile=true``: ``hnnsym.ode.compiled``), one step per
+program ("compiled") and eight ("compiled x8", ``integrator.compile_steps=8``); ``--no-compiled``
+leaves those out.
 
 Timing: one core (``taskset`` to the first allowed core unless ``--no-pin``), one thread (torch
 and XLA), CPU time (``time.process_time``) per iteration, the median of ``--repeats`` iterations;
 hnnsym runs in a worker process per tree (this one, and the tree of ``--before`` in a git
 worktree when given) and JAX in this process, all interleaved round by round so that the
 machine's load hits every side alike. JAX's compile time (its first call less a timed call) is
-reported apart. Writes ``peer.csv`` (one row per round, side, method and step count),
+reported apart, and so is hnnsym's (wall time of the first call less a timed call): cold, in the
+worker that fills a fresh compile cache, and warm, in a second process reading that cache. Writes ``peer.csv`` (one row per round, side, method and step count),
 ``peer.md`` (median ratios) and ``peer.png`` into ``--out`` (default outputs/bench/peer).
 Needs the ``peer`` extra: ``pip install -e '.[peer]'`` (jax[cpu], equinox, diffrax).
 """
@@ -35,6 +39,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("backprop", "symplectic_adjoint")
+# suffixes of the method labels of hnnsym's compiled runs -> integrator.compile_steps
+COMPILED = {" compiled": 1, " compiled x8": 8}
 BATCH, H, TOL, MAX_ITER, SEED = 512, 0.01, 1e-6, 50, 0
 
 
@@ -54,7 +60,9 @@ def _setup(steps: int):
 
 
 def _hnnsym_iteration(method: str, steps: int):
-    """A closure running one iteration (loss + gradient) with hnnsym: returns (grads, trajectory)."""
+    """A closure running one iteration (loss + gradient) with hnnsym, returning the gradients;
+    ``method`` ending in a suffix of COMPILED: the same with the stage solve compiled (and that
+    many steps per compiled program)."""
     import torch
 
     from hnnsym.ode.gradients import get_gradient
@@ -63,7 +71,14 @@ def _hnnsym_iteration(method: str, steps: int):
     from hnnsym.ode.solve import solve_loss
 
     model, y0, target = _setup(steps)
-    integrator, gradient = get_integrator("implicit_midpoint"), get_gradient(method)
+    base, _, tail = method.partition(" ")
+    if tail:
+        integrator = get_integrator(
+            "implicit_midpoint", compile=True, compile_steps=COMPILED[" " + tail]
+        )  # fmt: skip
+    else:
+        integrator = get_integrator("implicit_midpoint")
+    gradient = get_gradient(base)
     params = [p for p in model.parameters() if p.requires_grad]
 
     def run():
@@ -77,7 +92,7 @@ def _hnnsym_iteration(method: str, steps: int):
 
 def worker() -> None:
     """Serve timing requests on stdin, one JSON line each: {"method", "steps", "repeats"} ->
-    {"median": CPU seconds per iteration, "first": the first call's}. Imports hnnsym from
+    {"median": CPU seconds per iteration, "first": the first call's wall seconds}. Imports hnnsym from
     PYTHONPATH (this tree or the one of ``--before``)."""
     import torch
 
@@ -89,9 +104,9 @@ def worker() -> None:
         first = None
         if key not in runs:
             runs[key] = _hnnsym_iteration(*key)
-            t = time.process_time()
+            t = time.perf_counter()  # wall: inductor may compile in worker processes
             runs[key]()
-            first = time.process_time() - t
+            first = time.perf_counter() - t
         times = []
         for _ in range(req["repeats"]):
             t = time.process_time()
@@ -212,6 +227,7 @@ def main() -> None:
     ap.add_argument("--before", help="a commit to time as well (its tree, by git archive)")
     ap.add_argument("--out", type=Path, default=ROOT / "outputs/bench/peer")
     ap.add_argument("--no-pin", action="store_true", help="do not pin to one core")
+    ap.add_argument("--no-compiled", action="store_true", help="leave out hnnsym compiled")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -242,26 +258,35 @@ def main() -> None:
                                      check=True, capture_output=True).stdout  # fmt: skip
             subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
             trees[f"hnnsym@{args.before}"] = before
-        rows, compile_s, agree = _measure(args, trees)
+        rows, compile_s, agree, hnnsym_compile = _measure(args, trees, Path(tmp) / "cache")
     args.out.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame(rows)
     df.to_csv(args.out / "peer.csv", index=False)
-    md = _table(df, compile_s, agree, trees, args)
+    md = _table(df, compile_s, agree, trees, args, hnnsym_compile)
     write_text(args.out / "peer.md", md)
     _plot(df, args.out / "peer.png")
     print(md)
 
 
-def _measure(args, trees: dict) -> tuple[list[dict], dict, dict]:
+def _methods(side: str, args) -> list[str]:
+    """The method labels a side runs: compiled ones on this tree only."""
+    if side != "hnnsym" or args.no_compiled:
+        return list(METHODS)
+    return [*METHODS, *(m + suffix for suffix in COMPILED for m in METHODS)]
+
+
+def _measure(args, trees: dict, cache: Path) -> tuple[list[dict], dict, dict, dict]:
     import jax
 
-    workers = {}
-    for side, tree in trees.items():
-        env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
-        workers[side] = subprocess.Popen(
+    def start(tree: Path) -> subprocess.Popen:
+        env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1",
+               "HNNSYM_COMPILE_CACHE": str(cache)}  # fmt: skip
+        return subprocess.Popen(
             [sys.executable, __file__, "--worker"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, text=True, env=env, cwd=tree,
         )  # fmt: skip
+
+    workers = {side: start(tree) for side, tree in trees.items()}
 
     def ask(side: str, method: str, steps: int, repeats: int) -> dict:
         w = workers[side]
@@ -269,7 +294,7 @@ def _measure(args, trees: dict) -> tuple[list[dict], dict, dict]:
         w.stdin.flush()
         return json.loads(w.stdout.readline())
 
-    jax_fns, compile_s, agree = {}, {}, {}
+    jax_fns, compile_s, agree, firsts = {}, {}, {}, {}
     for steps in args.steps:
         model, y0, target = _setup(steps)
         fn, _, params = jax_iteration(steps, _weights(model))
@@ -280,9 +305,22 @@ def _measure(args, trees: dict) -> tuple[list[dict], dict, dict]:
         compile_s[steps] = first - time_jax(fn, fargs, 3)
         jax_fns[steps] = (fn, fargs)
         agree[steps] = agreement(steps)
-        for side in trees:  # the first calls (no compile in hnnsym: the eager warm-up)
-            for method in METHODS:
-                ask(side, method, steps, 1)
+        for side in trees:  # the first calls (the compiled ones: cold compile cache)
+            for method in _methods(side, args):
+                got = ask(side, method, steps, 1)
+                firsts[(side, method, steps)] = got["first"] - got["median"]
+    hnnsym_compile = {}
+    if "hnnsym" in trees and not args.no_compiled:  # a second process: warm compile cache
+        workers["warm"] = start(trees["hnnsym"])
+        for steps in args.steps:
+            for label in _methods("hnnsym", args)[len(METHODS) :]:
+                got = ask("warm", label, steps, 1)
+                hnnsym_compile[(label, steps)] = (
+                    firsts[("hnnsym", label, steps)], got["first"] - got["median"]
+                )  # fmt: skip
+        warm = workers.pop("warm")
+        warm.stdin.close()
+        warm.wait()
     rows = []
     for r in range(args.rounds):
         for steps in args.steps:
@@ -290,7 +328,7 @@ def _measure(args, trees: dict) -> tuple[list[dict], dict, dict]:
             rows.append({"round": r, "side": "jax", "method": "jit", "steps": steps,
                          "seconds": time_jax(fn, fargs, args.repeats)})  # fmt: skip
             for side in trees:
-                for method in METHODS:
+                for method in _methods(side, args):
                     sec = ask(side, method, steps, args.repeats)["median"]
                     rows.append({"round": r, "side": side, "method": method, "steps": steps,
                                  "seconds": sec})  # fmt: skip
@@ -298,10 +336,10 @@ def _measure(args, trees: dict) -> tuple[list[dict], dict, dict]:
     for w in workers.values():
         w.stdin.close()
         w.wait()
-    return rows, compile_s, agree
+    return rows, compile_s, agree, hnnsym_compile
 
 
-def _table(df, compile_s: dict, agree: dict, trees: dict, args) -> str:
+def _table(df, compile_s: dict, agree: dict, trees: dict, args, hnnsym_compile: dict) -> str:
     """Per round, each side's time over JAX's (same round); the median and range over rounds."""
     jax_t = df[df.side == "jax"].set_index(["round", "steps"]).seconds
     lines = [
@@ -316,7 +354,7 @@ def _table(df, compile_s: dict, agree: dict, trees: dict, args) -> str:
         "|---|" + "---|" * len(args.steps),
     ]
     for side in trees:
-        for method in METHODS:
+        for method in _methods(side, args):
             cells = []
             for steps in args.steps:
                 sel = df[(df.side == side) & (df.method == method) & (df.steps == steps)]
@@ -336,6 +374,24 @@ def _table(df, compile_s: dict, agree: dict, trees: dict, args) -> str:
                     f"{steps} steps {ratio.median():.2f} [{ratio.min():.2f}–{ratio.max():.2f}]"
                 )
             lines.append(f"- {method}: " + ", ".join(cells))
+    if hnnsym_compile:
+        lines += ["", "hnnsym compiled / eager (same round):", ""]
+        for label in _methods("hnnsym", args)[len(METHODS) :]:
+            method = label.partition(" ")[0]
+            cells = []
+            for steps in args.steps:
+                sel = df[(df.side == "hnnsym") & (df.steps == steps)].set_index("round")
+                ratio = (sel[sel.method == label].seconds
+                         / sel[sel.method == method].seconds)  # fmt: skip
+                cells.append(
+                    f"{steps} steps {ratio.median():.2f} [{ratio.min():.2f}–{ratio.max():.2f}]"
+                )
+            lines.append(f"- {label}: " + ", ".join(cells))
+        lines += ["", "hnnsym compile time (first call less a timed call, wall s; cold: fresh "
+                  "cache, warm: a second process with that cache; the graphs do not depend on the step "
+                  "count, so the first step count pays):", ""]  # fmt: skip
+        for (label, steps), (cold, warm) in hnnsym_compile.items():
+            lines.append(f"- {label}, {steps} steps: cold {cold:.1f}, warm {warm:.1f}")
     lines += ["", "JAX per iteration (median over rounds, ms): " + ", ".join(
         f"{s} steps {1e3 * jax_t.xs(s, level='steps').median():.1f}" for s in args.steps)]  # fmt: skip
     lines += ["", "JAX compile time (first call less a timed call, s): " + ", ".join(

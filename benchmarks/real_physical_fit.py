@@ -59,10 +59,11 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from hnnsym.artifacts import now_utc, versions, write_text
-from hnnsym.data.chains import fit_circle
+from hnnsym.data.chains import fit_circle, tracked_points
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.units import Units
 from hnnsym.evaluation import horizons
+from hnnsym.evaluation.chains import chain_points
 
 try:
     from scipy.linalg import expm
@@ -310,17 +311,6 @@ def fit_pendulum_params(th_train: np.ndarray, dt: float, H: int) -> tuple:
     return theta, theta_fd, sol, int(starts.shape[0])
 
 
-def chain_points(geometry: dict, th: np.ndarray) -> np.ndarray:
-    """(…, 2) joint angles → (…, 4) the moving points, by a file's chain attribute: x_k =
-    origin + Σ_{j≤k} l_j (cos θ_j, sin θ_j), in its units."""
-    x = np.asarray(geometry["origin"], dtype=np.float64)
-    out = []
-    for k, length in enumerate(geometry["lengths"]):
-        x = x + length * np.stack([np.cos(th[..., k]), np.sin(th[..., k])], -1)
-        out.append(x)
-    return np.concatenate(out, -1)
-
-
 def fit_chain_angles(path: Path, data, units: Units, asked: list[int] | None) -> dict:
     """The 7-parameter pendulum on a file of two joint angles and their rates (a recording in
     angles, or tracked points ingested with ``ingest.chain``, ``ingest.coordinates=angles``):
@@ -374,6 +364,80 @@ def fit_chain_angles(path: Path, data, units: Units, asked: list[int] | None) ->
                                        chain_points(geometry, truth[..., :2]), hs, [])  # fmt: skip
             for h in hs:
                 out[f"mse_points_h{h}{suffix}"] = pts[h]
+    return out
+
+
+def points_to_angles(y: np.ndarray) -> np.ndarray:
+    """States (…, T+1, 8) of two points relative to the fixed one, (x₁, y₁, x₂, y₂) and their
+    velocities → (…, T+1, 4) the links' angles (unwrapped along time) and rates,
+    θ̇ = (r × ṙ) / |r|² of each link r."""
+    r = np.stack([y[..., 0:2], y[..., 2:4] - y[..., 0:2]], -2)  # (…, 2 links, 2)
+    v = np.stack([y[..., 4:6], y[..., 6:8] - y[..., 4:6]], -2)
+    th = np.unwrap(np.arctan2(r[..., 1], r[..., 0]), axis=-2)
+    w = (r[..., 0] * v[..., 1] - r[..., 1] * v[..., 0]) / (r**2).sum(-1)
+    return np.concatenate([th, w], -1)
+
+
+def angles_to_points(a: np.ndarray, lengths: list[float]) -> np.ndarray:
+    """(…, 4) angles and rates → (…, 8) the two points (relative to the fixed one) and their
+    velocities, links of the given lengths."""
+    l1, l2 = lengths
+    c, s = np.cos(a[..., :2]), np.sin(a[..., :2])
+    b1 = l1 * np.stack([c[..., 0], s[..., 0]], -1)
+    b2 = b1 + l2 * np.stack([c[..., 1], s[..., 1]], -1)
+    v1 = l1 * a[..., 2:3] * np.stack([-s[..., 0], c[..., 0]], -1)
+    v2 = v1 + l2 * a[..., 3:4] * np.stack([-s[..., 1], c[..., 1]], -1)
+    return np.concatenate([b1, b2, v1, v2], -1)
+
+
+def fit_chain_points(path: Path, data, units: Units, asked: list[int] | None) -> dict:
+    """The 7-parameter pendulum on a file of a tracked chain's two points with their velocities
+    (``ingest.chain``, ``coordinates=points``, ``velocities=smoothing``): fitted on the angles
+    of the training states, each test window started from the file's state (x, ẋ) at its first
+    frame mapped to angles and rates (what ``evaluate`` gives a model of (x, ẋ)), its prediction
+    mapped back through the chain's lengths, scored in the points (``mse_points_h<h>``, the
+    recording's units²), the state (``mse_h<h>``) and the angles."""
+    geometry = json.loads(data.attrs["chain"])
+    config = OmegaConf.create(data.attrs.get("ingest_config") or "{}")
+    mass = np.broadcast_to(np.asarray(config.get("mass", 1.0), dtype=np.float64), (4,))
+    dt = float(data.attrs["obs_dt"]) * units.time
+
+    def states(split: str) -> np.ndarray:  # (N, T+1, 8): x, ẋ = p / mass
+        y = units.to_recording(data.splits[split].observed)
+        return np.concatenate([y[..., :4], y[..., 4:] / mass], -1)
+
+    train, test = states("train"), states("test")
+    hs = horizons.choose_horizons(PEND_HORIZONS if asked is None else asked, test.shape[1] - 1)
+    H = hs[-1]
+    start = time.perf_counter()
+    theta, theta_fd, sol, n_windows = fit_pendulum_params(points_to_angles(train)[..., :2], dt, H)
+    seconds = time.perf_counter() - start
+    windows = horizons.tile_windows(test, H)  # (B, H+1, 8)
+    start_angles = points_to_angles(windows[:, :1])[:, 0]
+    preds = {k: angles_to_points(pend_roll(par, start_angles, dt, H), geometry["lengths"])
+             for k, par in (("physical", theta), ("physical_fd", theta_fd))}  # fmt: skip
+    preds |= horizons.baselines(windows, 4, dt, horizons.fit_linear(train, []), [])
+    truth = windows[:, 1:]
+    out = {
+        "file": str(path), "name": path.stem, "model": "damped compound double pendulum",
+        "dim": 4, "obs_dt": dt, "names": list(units.names), "labels": dict(units.labels),
+        "horizons": hs, "windows": int(windows.shape[0]),
+        "train_trajectories": int(train.shape[0]), "train_windows": n_windows,
+        "parameters": len(PEND_PARAMS), "fit_seconds": round(seconds, 3),
+        "rollout_fit": {"cost": float(sol.cost), "nfev": int(sol.nfev), "status": int(sol.status)},
+        "fit": dict(zip(PEND_PARAMS, map(float, theta))),
+        "fit_fd": dict(zip(PEND_PARAMS, map(float, theta_fd))),
+        "start": "the file's state", "units": geometry.get("units"),
+        "chain": {"pivot_px": geometry["origin"], "l1_px": geometry["lengths"][0],
+                  "l2_px": geometry["lengths"][1]},
+    }  # fmt: skip
+    for k, p in preds.items():
+        suffix = "" if k == "physical" else f"_{k}"
+        state = horizons.horizon_mse(p, truth, hs, [])
+        pts = horizons.horizon_mse(p[..., :4], truth[..., :4], hs, [])
+        for h in hs:
+            out[f"mse_h{h}{suffix}"] = state[h]
+            out[f"mse_points_h{h}{suffix}"] = pts[h]
     return out
 
 
@@ -440,6 +504,12 @@ def fit_file(path: Path, asked: list[int] | None) -> dict:
     name = path.stem
     if d == 2 and units.periodic == (0, 1) and attrs.get("observe") == "qp":
         return fit_chain_angles(path, data, units, asked)
+    if tracked_points(attrs):
+        if d == 4 and attrs.get("observe") == "qp":
+            return fit_chain_points(path, data, units, asked)
+        if attrs.get("observe") == "qp":
+            return {"file": str(path), "name": name, "skipped": "a tracked chain of other than two "
+                    "moving points: no physical model here"}  # fmt: skip
     if attrs.get("observe", "qp") != "qp":
         if d == 4 and not units.periodic:
             return fit_pendulum(path, data, units, asked)
@@ -533,10 +603,11 @@ def markdown(results: list[dict]) -> str:
             "",
             "**The same pendulum on files of joint angles and rates** (recorded so, or tracked "
             "points ingested with `ingest.chain`, `ingest.coordinates=angles`, "
-            "`ingest.velocities=smoothing`), each test window "
+            "`ingest.velocities=smoothing`) **or of a tracked chain's points and velocities** "
+            "(`ingest.coordinates=points`), each test window "
             "started from the file's state at its first frame, as `evaluate` starts a model of "
-            "(θ, θ̇); MSE over steps 1..h in the tracked points (px², from the file's chain "
-            "geometry, where it has one), the angles (rad², wrapped) and the state (θ, θ̇).",
+            "(θ, θ̇) or (x, ẋ); MSE over steps 1..h in the tracked points (px², through the file's "
+            "chain geometry, where it has one), the angles (rad², wrapped) and the file's state.",
             "",
             "| recording | h | windows | coordinates | physical | physical_fd | no_motion "
             "| constant_velocity | linear | constant_velocity / physical |",

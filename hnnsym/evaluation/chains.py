@@ -1,4 +1,5 @@
-"""Scoring a recording of a chain in joint angles in its tracked points.
+"""Scoring a recording of a tracked chain (in joint angles, or as its points) in its tracked
+points.
 
 A film of a chain ingested as joint angles (``ingest.chain``, ``ingest.coordinates=angles``;
 ``hnnsym.data.chains``) keeps the chain's geometry in the file's ``chain`` attribute: the origin
@@ -25,16 +26,17 @@ import torch
 from torch import nn
 
 from hnnsym.evaluation import horizons
+from hnnsym.physics.lagrangian_models import LagrangianModel
 
 
-def angle_chain(attrs: Mapping) -> dict | None:
-    """The file's chain attribute (decoded) when its positions are the chain's joint angles;
-    None for any other file (no chain, or a chain stored as points)."""
+def recorded_chain(attrs: Mapping) -> dict | None:
+    """The file's chain attribute (decoded: ``hnnsym.data.chains``), its positions being the
+    chain's joint angles (``coordinates`` angles) or its moving points relative to the origin
+    (points); None for a file without one."""
     raw = attrs.get("chain")
     if raw is None:
         return None
-    chain = json.loads(raw) if isinstance(raw, str) else dict(raw)
-    return chain if chain.get("coordinates") == "angles" else None
+    return json.loads(raw) if isinstance(raw, str) else dict(raw)
 
 
 def chain_points(chain: Mapping, theta: np.ndarray) -> np.ndarray:
@@ -54,20 +56,27 @@ def chain_horizon_metrics(
     base: Mapping[str, np.ndarray],
     hs: Sequence[int],
 ) -> dict[str, float]:
-    """``mse_points_h<h>`` and ``mse_angles_h<h>`` of the model's predictions (B, H, w) and, with
-    the suffix ``_<b>``, of each baseline's, against the observed windows (B, H, w), all in the
-    recording's units; the first n components of a state are the joint angles."""
+    """``mse_points_h<h>`` of the model's predictions (B, H, w) and, with the suffix ``_<b>``, of
+    each baseline's, against the observed windows (B, H, w), in the recording's units: a chain
+    in joint angles mapped to its points (``chain_points``; and ``mse_angles_h<h>``, wrapped),
+    a chain of points on its first 2n components (the positions, without the velocities)."""
     n = len(chain["lengths"])
-    angles = list(range(n))
-    truth_points = chain_points(chain, observed[..., :n])
+    in_angles = chain.get("coordinates") == "angles"
+
+    def points(y: np.ndarray) -> np.ndarray:
+        return chain_points(chain, y[..., :n]) if in_angles else y[..., : 2 * n]
+
+    truth_points = points(observed)
     out: dict[str, float] = {}
     for suffix, p in [("", pred), *((f"_{b}", q) for b, q in base.items())]:
-        pts = horizons.horizon_mse(chain_points(chain, p[..., :n]), truth_points, hs, [],
-                                   model=pred)  # fmt: skip
-        ang = horizons.horizon_mse(p[..., :n], observed[..., :n], hs, angles, model=pred)
+        pts = horizons.horizon_mse(points(p), truth_points, hs, [], model=pred)
         for h in hs:
             out[f"mse_points_h{h}{suffix}"] = pts[h]
-            out[f"mse_angles_h{h}{suffix}"] = ang[h]
+        if in_angles:
+            ang = horizons.horizon_mse(p[..., :n], observed[..., :n], hs, list(range(n)),
+                                       model=pred)  # fmt: skip
+            for h in hs:
+                out[f"mse_angles_h{h}{suffix}"] = ang[h]
     return out
 
 
@@ -85,7 +94,7 @@ def learned_chain(model: nn.Module, time_scale: float) -> dict | None:
     for two links [[1, β], [β, γ]]), ``offsets`` (b/a_11: a centre of mass off a link's line)
     and ``friction`` R/a_11 in 1/time of the recording (``time_scale``: its τ; for
     ``damping=state``, R at θ = 0)."""
-    if getattr(model, "mass_kind", None) != "chain":
+    if not (isinstance(model, LagrangianModel) and model.mass_kind == "chain"):
         return None
     with torch.no_grad():
         A = model.chain_mass().double()

@@ -17,9 +17,10 @@ baselines predict, and
     mse_per_coordinate  {model and baselines: {column: MSE at the main horizon}}
     learned_chain    a model with the chain mass matrix: its mass matrix and friction as a
                      compound pendulum's (``hnnsym.evaluation.chains.learned_chain``)
-    mse_points_h<h>, mse_angles_h<h>   (with ``_<b>`` for the baselines) for a chain recorded
-                     in joint angles (the file's ``chain`` attribute): the error in the tracked
-                     points, in the recording's units² (px²), and in the wrapped angles (rad²)
+    mse_points_h<h>, mse_angles_h<h>   (with ``_<b>`` for the baselines) for a tracked chain
+                     (the file's ``chain`` attribute): the error in the tracked points, in the
+                     recording's units² (px²), and for a chain in joint angles in the wrapped
+                     angles (rad²)
                      (``hnnsym.evaluation.chains``)
     warning          a sentence when the model is not below the best trivial predictor there
 
@@ -58,7 +59,12 @@ from hnnsym.data.units import Units
 from hnnsym.data.velocities import VelocityMap
 from hnnsym.errors import UserError
 from hnnsym.evaluation import horizons, plots
-from hnnsym.evaluation.chains import angle_chain, chain_horizon_metrics, learned_chain
+from hnnsym.evaluation.chains import (
+    chain_horizon_metrics,
+    chain_points,
+    learned_chain,
+    recorded_chain,
+)
 from hnnsym.evaluation.metrics import energies, rollout_metrics
 from hnnsym.evaluation.positions import prediction_scheme, rollout_positions
 from hnnsym.evaluation.problem import Problem, Rolled
@@ -229,7 +235,7 @@ def horizon_metrics(
 ) -> tuple[dict, dict]:
     """The horizon metrics of the window predictions ``w`` beside the baselines' (the linear one
     fitted on the training trajectories), all in recording units, with those in the tracked
-    points and angles for a ``chain`` in joint angles (``angle_chain``); and what the figure
+    points (and angles) of a recorded ``chain`` (``recorded_chain``); and what the figure
     needs."""
     d, g = units.dim, predictor.given
     periodic = list(units.periodic)
@@ -423,7 +429,7 @@ class MeasuredPart:
         x, d, steps = r.detail, p.system.dim, p.steps
         units, periodic, predictor, ok = x["units"], x["periodic"], x["predictor"], x["ok"]
         g = predictor.given
-        chain = angle_chain(p.data.attrs)
+        chain = recorded_chain(p.data.attrs)
         found, x["drawn"] = horizon_metrics(x["windows"], predictor, units, x["train"], chain)
         dt = p.obs_dt * units.time
         whole = horizons.tile_windows(units.to_recording(x["test"][:, : steps + 1]), steps)
@@ -436,7 +442,11 @@ class MeasuredPart:
         if found["windows_failed"]:
             notes.append(f"{found['windows_failed']} of {found['windows']} window rollouts "
                          "failed: mse_h<h> and the baselines' are over the others")  # fmt: skip
-        if chain is not None:
+        if chain is not None and chain.get("coordinates") == "points":
+            notes.append("a chain of tracked points: mse_points_h<h> is the error in its points "
+                         f"({found['points_units'] or 'the recording units'}²), without the "
+                         "velocities, beside the baselines'")  # fmt: skip
+        elif chain is not None:
             notes.append("a chain in joint angles: mse_points_h<h> in its tracked points "
                          f"({found['points_units'] or 'the recording units'}², x_k = origin + "
                          "Σ l_j (cos θ_j, sin θ_j) by the file's chain attribute) and "
@@ -455,13 +465,29 @@ class MeasuredPart:
         labels, time_label = axis_labels(x["units"], d)
         return draw_measured_figures(p.cfg, p.out, d, x["units"], labels, time_label, x["obs"],
                                      x["pred"], x["tt"], x["per"], x["learned"], x["e_pred"],
-                                     x["energy_model"], x["train"], x["drawn"])  # fmt: skip
+                                     x["energy_model"], x["train"], x["drawn"],
+                                     recorded_chain(p.data.attrs))  # fmt: skip
 
     def wrote(self, m: dict) -> bool:
         return m.get("system", {}).get("name") == MEASURED
 
     def summary(self, m: dict, out: Path) -> str:
         return measured_summary(m, out)
+
+
+ARMS_FRAMES = 26  # the chain figure: the first 25 steps of a test trajectory
+
+
+def image_points(chain: dict, states: Tensor | np.ndarray) -> np.ndarray:
+    """The moving points (T, n, 2) in the image (the recording's units) of states (T, w) of a
+    recorded chain: joint angles mapped by its geometry, or points relative to its origin."""
+    states = np.asarray(torch.as_tensor(states).detach().cpu(), dtype=np.float64)
+    n = len(chain["lengths"])
+    if chain.get("coordinates") == "angles":
+        flat = chain_points(chain, states[..., :n])
+    else:
+        flat = states[..., : 2 * n] + np.tile(np.asarray(chain["origin"]), n)
+    return flat.reshape(*flat.shape[:-1], n, 2)
 
 
 def draw_measured_figures(
@@ -480,8 +506,10 @@ def draw_measured_figures(
     energy_model: nn.Module | None,
     train: np.ndarray,
     drawn: dict,
+    chain: dict | None = None,
 ) -> list[str]:
-    """The figures of a measured evaluation, in the recording's units, into ``out``."""
+    """The figures of a measured evaluation, in the recording's units, into ``out``; for a
+    recorded ``chain``, its arms in motion over the first test trajectory (``chain_motion``)."""
     e = cfg.eval
     k = min(int(e.plot_trajectories), obs.shape[1])
     figures = []
@@ -509,6 +537,11 @@ def draw_measured_figures(
             plots.plot_learned_energy(tt, learned["energy"][:, :k], e_pred[:, :k],
                                       out / "energy.png", time_label)  # fmt: skip
             figures.append("energy")
+    if chain is not None and k:
+        plots.plot_chain_motion(tt[:ARMS_FRAMES], image_points(chain, obs[:ARMS_FRAMES, 0]),
+                                image_points(chain, pred[:ARMS_FRAMES, 0]), chain["origin"],
+                                out / "chain_motion.png", chain.get("units"))  # fmt: skip
+        figures.append("chain_motion")
     plots.plot_rollout_error(tt, per["l2"], per["rel_err"], e.valid_threshold,
                              out / "rollout_error.png", time_label)  # fmt: skip
     figures.append("rollout_error")
@@ -542,13 +575,14 @@ def horizon_table(m: dict, key: str = "mse") -> str:
 
 
 def chain_lines(m: dict) -> str:
-    """The summary's tables in the tracked points and angles of a chain in joint angles, and
+    """The summary's tables in the tracked points (and angles) of a recorded chain, and
     the learned chain's mass matrix and friction (empty for other files and models)."""
     text = ""
     if f"mse_points_h{m['main_horizon']}" in m:
         unit = m.get("points_units") or "recording units"
-        text += (f"  in the tracked points ({unit}²):\n{horizon_table(m, 'mse_points')}\n"
-                 f"  in the joint angles (rad², wrapped):\n{horizon_table(m, 'mse_angles')}\n")  # fmt: skip
+        text += f"  in the tracked points ({unit}²):\n{horizon_table(m, 'mse_points')}\n"
+    if f"mse_angles_h{m['main_horizon']}" in m:
+        text += f"  in the joint angles (rad², wrapped):\n{horizon_table(m, 'mse_angles')}\n"
     if c := m.get("learned_chain"):
 
         def show(rows: list) -> str:

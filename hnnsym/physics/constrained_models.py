@@ -28,6 +28,11 @@ damped fields keep the manifold as the conservative ones do. It is the port-Hami
 dH_θ/dt = −ẋᵀ R_pp ẋ ≤ 0 (``ModelCapability.DAMPING``). ``integrator=rattle`` steps it by a
 Strang splitting with the exact friction flow at fixed x (``hnnsym.ode.integrators.rattle``).
 
+``own_momenta``: the model observes (x, ẋ) and maps them to its own momenta, p = M_θ ẋ
+(``to_state``; back: ``to_observation``; ``ModelCapability.OWN_MOMENTA``). A recording of
+tracked points gives velocities, not momenta, so ``hnnsym.compatibility.recording_model_config``
+sets it there, with the recorded chain's constraints.
+
 No direction of space is assumed: V_θ is an MLP of all coordinates and the friction reads only
 relative positions, so data whose "down" is not −y (a film's pixel axes) need no rotation.
 
@@ -111,13 +116,16 @@ class _CartesianBodies(nn.Module):
         mass_eps: float = 1e-3,
         friction: str = "none",
         friction_init: float = 0.01,
+        own_momenta: bool = False,
     ):
         super().__init__()
         who = type(self).__name__
         if system not in CARTESIAN_SYSTEMS:
             raise ValueError(
                 f"{who} learns in Cartesian coordinates with constraints; system {system!r} is not "
-                f"one of {sorted(CARTESIAN_SYSTEMS)} (for angle data use model=hnn)"
+                f"one of {sorted(CARTESIAN_SYSTEMS)} (for angle data use model=hnn; a recording "
+                "of tracked points takes its constraints from its chain: ingest it with "
+                "ingest.points and ingest.chain)"
             )
         if graph not in (None, "chain") or (graph == "chain" and system != "chain_pendulum"):
             raise ValueError(
@@ -157,6 +165,8 @@ class _CartesianBodies(nn.Module):
             m = self.constraints.count
             self.friction_factor = nn.Parameter(math.sqrt(friction_init) * torch.eye(m))
             caps |= {ModelCapability.DAMPING, Capability.FRICTION}
+        if own_momenta:  # observes (x, ẋ): p = M_θ ẋ is the model's own
+            caps.add(ModelCapability.OWN_MOMENTA)
         self.capabilities = frozenset(caps)
 
     def mass_cholesky(self) -> Tensor:
@@ -184,6 +194,15 @@ class _CartesianBodies(nn.Module):
         if self.mass_kind != "body":
             raise ValueError("mass=full learns a mass matrix, not one mass per body")
         return torch.exp(self.log_mass)
+
+    def to_state(self, x: Tensor, v: Tensor) -> Tensor:
+        """The state (x, p = M_θ ẋ) (..., 2n) of an observation (x, ẋ) (``own_momenta``)."""
+        return torch.cat([x, v @ self.mass_matrix().to(v)], -1)  # M_θ symmetric
+
+    def to_observation(self, y: Tensor) -> tuple[Tensor, Tensor]:
+        """(x, ẋ = M_θ⁻¹ p) of states y (``own_momenta``): the inverse of ``to_state``."""
+        x, p = y[..., : self.dim], y[..., self.dim :]
+        return x, inverse_mass_times(self.inverse_mass().to(p), p)
 
     def potential(self, x: Tensor) -> Tensor:
         return self.potential_net(x).squeeze(-1)

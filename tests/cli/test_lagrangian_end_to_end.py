@@ -14,7 +14,9 @@ import pandas as pd
 import pytest
 from stage_cli import assert_one_line_error, run_stage
 
-REAL = Path("/work/shared/data/real/lipson_real_linear_h_1.txt")
+REAL = (
+    Path(__file__).resolve().parents[3] / "shared" / "data" / "real" / "lipson_real_linear_h_1.txt"
+)
 TRAIN = ("model=lagrangian", "train.epochs=8", "train.batch_size=8", "train.window=4",
          "train.progress=false")  # fmt: skip
 INGEST = ("ingest.names=[trial,t,x,v]", "ingest.trial=trial", "ingest.positions=[x]",
@@ -78,4 +80,4 @@ def test_recording_of_momenta_is_refused(tmp_path):
                  "data_file=r.h5", cwd=tmp_path))  # fmt: skip
     proc = run_stage("train", "system=measured", "data_file=r.h5", *TRAIN, "run_dir=run",
                      cwd=tmp_path)  # fmt: skip
-    assert_one_line_error(proc, "LagrangianModel", "not ingested from velocity columns")
+    assert_one_line_error(proc, "LagrangianModel", "not ingested with velocities")

@@ -17,7 +17,7 @@ from hnnsym.config import CONF_DIR
 from hnnsym.data.hdf5 import Split, read_dataset, write_dataset
 from hnnsym.data.units import Units
 from hnnsym.evaluation import horizons
-from hnnsym.evaluation.chains import angle_chain, chain_points
+from hnnsym.evaluation.chains import chain_points, recorded_chain
 from hnnsym.evaluation.stage import evaluate, summary
 from hnnsym.train import train
 
@@ -84,9 +84,8 @@ def by_hand(theta: np.ndarray) -> np.ndarray:
 def test_chain_points_and_which_files_have_them() -> None:
     theta = np.random.default_rng(0).uniform(-7, 7, (5, 3, 2))
     np.testing.assert_allclose(chain_points(CHAIN, theta), by_hand(theta), rtol=1e-13)
-    assert angle_chain({"chain": json.dumps(CHAIN)})["lengths"] == list(LENGTHS)
-    assert angle_chain({"chain": json.dumps(CHAIN | {"coordinates": "points"})}) is None
-    assert angle_chain({}) is None
+    assert recorded_chain({"chain": json.dumps(CHAIN)})["lengths"] == list(LENGTHS)
+    assert recorded_chain({}) is None
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +100,7 @@ def chain_run(tmp_path_factory):
     common = ["system=measured", f"data_file={data}", f"run_dir={tmp / 'run'}", "device=cpu",
               "experiment=recording_chain", "model.hidden=[16]", "seed=0"]  # fmt: skip
     train(composed("train", [*common, "train.epochs=2", "train.progress=false"]))
-    metrics = evaluate(composed("evaluate", [*common, "eval.figures=false"]))
+    metrics = evaluate(composed("evaluate", common))  # figures too: the arms in motion
     return data, metrics
 
 
@@ -134,6 +133,7 @@ def test_the_summary_and_metrics_json_carry_them(chain_run) -> None:
     assert "in the tracked points (px²)" in text and "in the joint angles (rad², wrapped)" in text
     saved = json.loads((Path(m["files"]["dir"]) / "metrics.json").read_text())
     assert saved["mse_points_h25_linear"] == pytest.approx(m["mse_points_h25_linear"])
+    assert (Path(m["files"]["dir"]) / "chain_motion.png").stat().st_size > 10_000  # the arms
 
 
 def test_the_learned_chain_in_a_compound_pendulums_terms() -> None:

@@ -72,14 +72,24 @@ def runge_kutta(
     max_iter: int = 50,
     predictor: str = "extrapolate",
     on_fail: str = "raise",
+    compile: bool = False,
+    compile_sweeps: int = 1,
+    compile_steps: int = 1,
 ) -> RungeKutta:
     """The Runge–Kutta integrator of a tableau (a name in TABLEAUX, or a Tableau) with its stage
-    solver's options."""
+    solver's options (``compile``: the stage solve as a compiled program, see ``RungeKutta``)."""
     if isinstance(tableau, str):
         if tableau not in TABLEAUX:
             raise ValueError(f"unknown tableau {tableau!r}; choose one of {sorted(TABLEAUX)}")
         tableau = TABLEAUX[tableau]
-    return RungeKutta(tableau, FixedPoint(tol, max_iter, on_fail), predictor)
+    return RungeKutta(
+        tableau,
+        FixedPoint(tol, max_iter, on_fail),
+        predictor,
+        compile,
+        compile_sweeps,
+        compile_steps,
+    )
 
 
 def _tableau(name: str) -> Callable[..., RungeKutta]:
@@ -87,7 +97,15 @@ def _tableau(name: str) -> Callable[..., RungeKutta]:
 
 
 # name -> (factory, the options it takes)
-_STAGE_OPTIONS = ("tol", "max_iter", "predictor", "on_fail")
+_STAGE_OPTIONS = (
+    "tol",
+    "max_iter",
+    "predictor",
+    "on_fail",
+    "compile",
+    "compile_sweeps",
+    "compile_steps",
+)
 INTEGRATORS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     **{name: (_tableau(name), _STAGE_OPTIONS) for name in TABLEAUX},
     TaoSplitting.name: (TaoSplitting, ("omega",)),

@@ -17,6 +17,8 @@ import torch
 from torch import Tensor
 
 from hnnsym.errors import ConvergenceError
+from hnnsym.ode.compiled import steps as compiled_steps
+from hnnsym.ode.compiled import sweeps as compiled_sweeps
 from hnnsym.ode.integrators.tableaux import Tableau
 from hnnsym.ode.problem import Problem, SolverStats
 
@@ -152,11 +154,23 @@ class RungeKutta:
     one, K ≈ 3K₋₁ − 3K₋₂ + K₋₃ (fewer previous steps: linear, constant; RK2 on a run's first
     step). The stages are smooth in t, so the guess is O(h³) off and the iteration needs about as
     many passes as from RK2, without RK2's two evaluations. The predictor stays in the graph, so
-    ``gradient=backprop`` differentiates exactly the iteration that was computed."""
+    ``gradient=backprop`` differentiates exactly the iteration that was computed.
+
+    ``compile``: run the predictor, ``compile_sweeps`` sweeps and their changes as one compiled
+    program (``hnnsym.ode.compiled``), read back once per chunk of sweeps; chunks follow until a
+    sweep meets the tolerance, and the first such iterate is the result, as in ``FixedPoint``.
+    ``compile_steps`` = m > 1 (with "extrapolate"): once three steps are known, m steps of one
+    sweep each run as one program with one read-back; the leading steps whose sweep met the
+    tolerance are kept, the first that did not is stepped again alone. A run recomputed from a
+    kept state (checkpoint, keep_every) then meets the chunks at other steps, so it equals the
+    first run to rounding, not bit for bit. Eager where compilation is unavailable."""
 
     tableau: Tableau
     solver: FixedPoint = field(default_factory=FixedPoint)
     predictor: str = "extrapolate"
+    compile: bool = False
+    compile_sweeps: int = 1
+    compile_steps: int = 1
 
     has_stages = True  # capabilities the gradient methods check (hnnsym.ode.gradients)
     reversible = False
@@ -164,6 +178,12 @@ class RungeKutta:
     def __post_init__(self):
         if self.predictor not in PREDICTORS:
             raise ValueError(f"predictor must be one of {PREDICTORS}, got {self.predictor!r}")
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"compile must be true or false, got {self.compile!r}")
+        for name in ("compile_sweeps", "compile_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
 
     @property
     def name(self) -> str:
@@ -206,18 +226,56 @@ class RungeKutta:
         out: list[Tensor] = []
         previous = tuple(previous) if self.predictor == "extrapolate" else ()
         f, separable = problem.f, problem.separable  # the same for every step
-        for n in range(start, end):
+        chunk = self.compile_steps if self.compile and self.predictor == "extrapolate" else 1
+        if self.explicit_order(separable) is not None:
+            chunk = 1
+        n = start
+        while n < end:
+            if chunk > 1 and len(previous) == 3 and end - n >= chunk:
+                states, stages = self._steps_compiled(problem, y, n, previous, chunk)
+                out += states
+                previous = (*previous, *stages)[-3:]
+                n += len(states)
+                y = out[-1] if out else y
+                if len(states) == chunk:
+                    continue
+            if n >= end:
+                break
             guess = None
             if problem.guess is not None and self.predictor == "observed":
                 guess = problem.guess[n + 1]
             K = self.solve_stages(
-                f, y, problem.h, n_q, separable, guess, problem.stats, f"at step {n}", previous
-            )
+                f, y, problem.h, n_q, separable, guess, problem.stats, f"at step {n}", previous,
+                problem.H,
+            )  # fmt: skip
             y = self.update(y, K, problem.h, n_q)
             out.append(y)
             if self.predictor == "extrapolate":
                 previous = (*previous[-2:], K)
+            n += 1
         return out, previous
+
+    def _steps_compiled(
+        self, problem: Problem, y: Tensor, n: int, previous: tuple[Tensor, ...], m: int
+    ) -> tuple[list[Tensor], list[Tensor]]:
+        """Steps n, n+1, … from y by one compiled program of ``m`` steps of one sweep each
+        (``compiled.steps``), one read-back: the states and stages of the leading steps whose
+        sweep met the tolerance (a step that did not, and the steps after it, are dropped and
+        stepped again by the caller). Nothing where compilation is unavailable."""
+        self._partitioned, self._orders  # noqa: B018  (filled here: dynamo cannot enter their lock)
+        got = compiled_steps(self, problem.H, y, *previous, problem.h, y.shape[-1] // 2, m)
+        if got is None:
+            return [], []
+        states, stages, changes = got
+        tol, taken = self.solver.tolerance(y.dtype), 0
+        for j, change in enumerate(changes.tolist()):
+            residual = abs(problem.h) * change
+            if residual > tol:  # NaN is taken, and reported by conclude, as in FixedPoint
+                break
+            conclude("fixed-point iteration", 1, residual, tol, f"at step {n + j}",
+                     self.solver.on_fail, problem.stats)  # fmt: skip
+            taken += 1
+        return states[:taken], stages[:taken]
 
     def trajectory(self, problem: Problem, y0: Tensor) -> Tensor:
         """All states (steps+1, B, 2d), with a graph if grad mode is on."""
@@ -292,14 +350,33 @@ class RungeKutta:
         stats: SolverStats | None = None,
         where: str = "",
         previous: Sequence[Tensor] = (),
+        H: Callable[[Tensor], Tensor] | None = None,
     ) -> Tensor:
         """The stages K (s, B, n) of one step from y; ``previous``: the stages of the steps
-        before it (oldest first), for the "extrapolate" predictor. Differentiable when grad mode
-        is on."""
+        before it (oldest first), for the "extrapolate" predictor; ``H``: the Hamiltonian of f,
+        which the compiled solve (``compile``) traces. Differentiable when grad mode is on."""
         order = self.explicit_order(separable)
         if order is not None:
             return self._explicit_stages(f, y, h, n_q, order)
-        # the predictor stays in the graph: backprop then differentiates the iteration as run
+        if self.compile and H is not None:
+            if self.predictor == "extrapolate" and len(previous) == 3:
+                K = self._solve_compiled(f, H, y, h, n_q, tuple(previous), stats, where)
+            else:
+                K0 = self._predict(f, y, h, guess, previous).contiguous()
+                zero = torch.zeros_like(K0)
+                K = self._solve_compiled(f, H, y, h, n_q, (K0, zero, zero), stats, where)
+            if K is not None:
+                return K
+        return self.solver.iterate(
+            lambda K: self.stage_equations(f, y, K, h, n_q),
+            self._predict(f, y, h, guess, previous), abs(h), stats, where,
+        )  # fmt: skip
+
+    def _predict(
+        self, f: Field, y: Tensor, h: float, guess: Tensor | None, previous: Sequence[Tensor]
+    ) -> Tensor:
+        """The first stage guess K0 (s, B, n). It stays in the graph: backprop then
+        differentiates the iteration as run."""
         if self.predictor == "extrapolate" and previous:
             K0 = _extrapolate(previous)
         else:
@@ -310,9 +387,42 @@ class RungeKutta:
             else:
                 K0 = f(y + 0.5 * h * f(y))  # slope of explicit RK2 (midpoint)
             K0 = K0.unsqueeze(0).expand(self.tableau.stages, *y.shape)
-        return self.solver.iterate(
-            lambda K: self.stage_equations(f, y, K, h, n_q), K0, abs(h), stats, where
-        )
+        return K0
+
+    def _solve_compiled(
+        self, f: Field, H, y: Tensor, h: float, n_q: int, guess: tuple[Tensor, Tensor, Tensor],
+        stats: SolverStats | None, where: str,
+    ) -> Tensor | None:  # fmt: skip
+        """The stages by compiled chunks of ``compile_sweeps`` sweeps from the predictor over
+        ``guess`` (``compiled.sweeps``), one read-back per chunk; the first iterate with
+        |h| max|ΔK| <= tol, as ``FixedPoint.iterate``. None where compilation is unavailable."""
+        solver, k = self.solver, self.compile_sweeps
+        tol = solver.tolerance(y.dtype)
+        self._partitioned, self._orders  # noqa: B018  (filled here: dynamo cannot enter their lock)
+        done, residual, K = 0, float("inf"), None
+        while done < solver.max_iter:
+            out = compiled_sweeps(self, H, y, *guess, h, n_q, k)
+            if out is None:  # compilation unavailable; after a chunk: carry on eagerly from K
+                if not done:
+                    return None
+                rest = replace(solver, max_iter=solver.max_iter - done)
+                return rest.iterate(
+                    lambda K: self.stage_equations(f, y, K, h, n_q), K, abs(h), stats, where
+                )
+            iterates, changes = out
+            usable = min(k, solver.max_iter - done)
+            for j, change in enumerate(changes.tolist()[:usable]):  # one sync per chunk
+                residual = abs(h) * change
+                if not residual > tol:  # also stops on NaN, reported by conclude
+                    conclude("fixed-point iteration", done + j + 1, residual, tol, where,
+                             solver.on_fail, stats)  # fmt: skip
+                    return iterates[j]
+            done += usable
+            K = iterates[usable - 1]
+            zero = torch.zeros_like(K)
+            guess = (K, zero, zero)
+        conclude("fixed-point iteration", done, residual, tol, where, solver.on_fail, stats)
+        return K
 
     def _explicit_stages(self, f: Field, y: Tensor, h: float, n_q: int, order) -> Tensor:
         a_q, a_p = self.tableau.a_q, self.tableau.a_p

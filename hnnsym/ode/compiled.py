@@ -1,0 +1,210 @@
+"""The implicit stage solve as one compiled program: the "extrapolate" predictor, k fixed-point
+sweeps K <- F(K, y) of the stage equations and the max-norm change of each sweep, traced by
+``torch.compile`` (inductor, static shapes, one graph) so that the host reads convergence once per
+k sweeps. Used by ``RungeKutta`` built with ``compile=True`` (config ``integrator.compile=true``).
+
+In grad mode f = J⁻¹∇H takes ∇H inside the graph by ``torch.func.grad`` of H (a hand-written
+backward such as that of the MLP Hamiltonians' ``energy_gradient`` cannot be traced), which equals
+the eager field to rounding; without grad mode (the stepwise adjoints' forward, rollouts) the eager
+field itself is traced, closed forms and all (measured faster, and half the compile time, than
+``torch.func.grad`` there). A model with a field of its own (``OWN_FIELD``) is traced as it is.
+
+Each compiled function belongs to one H, tableau, h and grad mode, and dynamo checks only its
+tensors on each call (dtype, device, shape, strides, requires_grad; another shape compiles another
+graph): a change to H's Python attributes other than ``training`` after its first call is not
+seen. Inputs that share memory are cloned first.
+
+Inductor's FX graph cache and AOT autograd cache live on disk, in ``$HNNSYM_COMPILE_CACHE`` or,
+when unset, ``$TORCHINDUCTOR_CACHE_DIR`` or ``~/.cache/hnnsym/inductor`` (``$XDG_CACHE_HOME``
+respected): only a machine's first run pays the full compile. Where compilation fails (no C
+compiler, an unsupported platform, a ``torch._dynamo`` error) one line is logged, once per
+process, and every later solve runs eagerly (``sweeps`` returns None).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import os
+import types
+import warnings
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from hnnsym.ode.dynamics import hamiltonian_flow, symplectic_gradient, vector_field
+
+log = logging.getLogger(__name__)
+CACHE_ENV = "HNNSYM_COMPILE_CACHE"
+
+_state: dict[str, Any] = {"failed": False, "configured": False}
+# per H (weakly): {(function, tableau, h, n_q, k, grad mode, H.training): compiled function}
+_programs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_serial = itertools.count()
+
+
+def cache_dir() -> Path:
+    """Where inductor keeps compiled graphs across processes. A ``$TORCHINDUCTOR_CACHE_DIR``
+    equal to inductor's own default (a folder under /tmp, which inductor writes into the
+    environment once imported) counts as unset."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    theirs = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if theirs and os.path.abspath(theirs) != os.path.abspath(default_cache_dir()):
+        return Path(theirs).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "hnnsym" / "inductor"
+
+
+def _configure_cache() -> None:
+    """Inductor's FX graph cache and AOT autograd cache on, in ``cache_dir()``."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir())
+    inductor_config.fx_graph_cache = True
+    functorch_config.enable_autograd_cache = True
+
+
+def _field(H: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+    """f(y) as traceable ops: in grad mode J⁻¹ ∇H with ∇H by ``torch.func.grad`` (or H's own
+    field), else ``vector_field`` as eager code runs it."""
+    if not hamiltonian_flow(H) or not torch.is_grad_enabled():
+        return lambda y: vector_field(H, y)
+    grad = torch.func.grad(lambda x: H(x).sum())
+    return lambda y: symplectic_gradient(grad(y))
+
+
+def _sweeps(integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float, n_q: int,
+            k: int) -> tuple[list[Tensor], Tensor]:  # fmt: skip
+    """From the guess K₀ = a + 3 (c − b) (the "extrapolate" predictor over the last three steps'
+    stages a, b, c, oldest first; b = c = 0 passes a guess through exactly): the iterates
+    K₁ … K_k (s, B, n) each and max|K_j − K_{j−1}| of each sweep, (k,)."""
+    f = _field(H)
+    K = torch.add(a, c - b, alpha=3)
+    iterates, changes = [], []
+    for _ in range(k):
+        new = integrator.stage_equations(f, y, K, h, n_q)
+        changes.append(torch.linalg.vector_norm(new - K, math.inf))
+        iterates.append(new)
+        K = new
+    return iterates, torch.stack(changes)
+
+
+def _steps(integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float, n_q: int,
+           m: int) -> tuple[list[Tensor], list[Tensor], Tensor]:  # fmt: skip
+    """m steps from y, one sweep each from the "extrapolate" guess over the last three steps'
+    stages a, b, c (oldest first): the states y_1 … y_m (B, n), the stages K_1 … K_m (s, B, n)
+    and max|K_j − K_j⁰| of each step's sweep, (m,). A step whose sweep did not meet the
+    tolerance makes it and the steps after it void (the caller steps it again)."""
+    f = _field(H)
+    states, stages, changes = [], [], []
+    for _ in range(m):
+        guess = torch.add(a, c - b, alpha=3)
+        K = integrator.stage_equations(f, y, guess, h, n_q)
+        changes.append(torch.linalg.vector_norm(K - guess, math.inf))
+        y = integrator.update(y, K, h, n_q)
+        states.append(y)
+        stages.append(K)
+        a, b, c = b, c, K
+    return states, stages, torch.stack(changes)
+
+
+def _compile(fn: Callable) -> Callable:
+    """``torch.compile`` with static shapes and one graph (what the fallback test replaces),
+    guarding tensors only (dtype, device, shape, strides, requires_grad): ``_program`` keys each
+    function by everything else it depends on, and dynamo's checks of the module's and the
+    integrator's attributes on every call cost about 100 µs (``torch.profiler``, "TorchDynamo Cache
+    Lookup"), as much as a whole step's fused kernels."""
+    return torch.compile(
+        fn, dynamic=False, fullgraph=True,
+        options={"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe},
+    )  # fmt: skip
+
+
+def _program(fn: Callable, integrator, H, h: float, n_q: int, k: int) -> Callable:
+    """``fn`` (``_sweeps`` or ``_steps``) compiled for this integrator's tableau (all the graph
+    reads of it), H, h, n_q and k in the current grad mode (and H's training flag):
+    (H, y, a, b, c) -> fn(...). Each is compiled from its own copy of the code, since dynamo keeps
+    its graphs per code object and checks only tensors here."""
+    key = (fn.__name__, integrator.tableau, h, n_q, k, torch.is_grad_enabled(),
+           getattr(H, "training", None))  # fmt: skip
+    try:
+        programs = _programs.setdefault(H, {})
+    except TypeError:  # H cannot be referenced weakly: not cached across calls (rare)
+        programs = {}
+    if key not in programs:
+
+        def run(H, y, a, b, c):
+            return fn(integrator, H, y, a, b, c, h, n_q, k)
+
+        code = run.__code__.replace(co_name=f"{fn.__name__}_{next(_serial)}")
+        fresh = types.FunctionType(code, run.__globals__, code.co_name, None, run.__closure__)
+        programs[key] = _compile(fresh)
+    return programs[key]
+
+
+def _fail(err: BaseException) -> None:
+    _state["failed"] = True
+    first = (str(err).strip().splitlines() or [""])[0][:200]
+    log.warning(
+        "torch.compile is unavailable here (%s: %s); the stage solver runs eagerly",
+        type(err).__name__, first,
+    )  # fmt: skip
+
+
+def sweeps(
+    integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float, n_q: int, k: int
+) -> tuple[list[Tensor], Tensor] | None:
+    """``_sweeps`` compiled (see there), or None where compilation is unavailable: the caller then
+    runs the eager solver. Differentiable when grad mode is on (AOT autograd's backward)."""
+    return _call(_sweeps, integrator, H, y, a, b, c, h, n_q, k)
+
+
+def steps(
+    integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float, n_q: int, m: int
+) -> tuple[list[Tensor], list[Tensor], Tensor] | None:
+    """``_steps`` compiled (see there), or None where compilation is unavailable."""
+    return _call(_steps, integrator, H, y, a, b, c, h, n_q, m)
+
+
+def _call(fn: Callable, integrator, H, y, a, b, c, h: float, n_q: int, k: int):
+    """``fn`` compiled and called, or None (one notice per process) where compilation fails."""
+    if _state["failed"]:
+        return None
+    try:
+        if not _state["configured"]:
+            _configure_cache()
+            _state["configured"] = True
+        program = _program(fn, integrator, H, h, n_q, k)
+        with warnings.catch_warnings():  # dynamo traces through lru_cache'd constant helpers
+            warnings.filterwarnings("ignore", message=".*functools.lru_cache.*")
+            return program(H, *_unaliased(y, a, b, c))
+    except Exception as err:  # noqa: BLE001  (any compiler failure: run eagerly)
+        _fail(err)
+        return None
+
+
+def _unaliased(*tensors: Tensor) -> list[Tensor]:
+    """The tensors, each one sharing memory with an earlier one cloned: a graph traced with
+    aliased inputs (the same zeros twice) assumes them equal, and the guard that would catch a
+    later call without the aliasing is one of those left out (``_compile``)."""
+    seen, out = set(), []
+    for t in tensors:
+        ptr = t.untyped_storage().data_ptr()
+        out.append(t.clone() if ptr in seen else t)
+        seen.add(ptr)
+    return out
+
+
+def reset() -> None:
+    """Forget the compiled functions and any failure (tests; a changed compiler setting)."""
+    _programs.clear()
+    _state.update(failed=False)

@@ -1,0 +1,197 @@
+"""The compiled stage solve (``RungeKutta(compile=True)``, ``hnnsym.ode.compiled``) against the
+eager one: the same states to rounding (float32, float64), the same gradients to 1e-10 in float64
+for backprop and symplectic_adjoint, the same sweep counts; and the eager fallback with its
+one-line notice where compilation fails.
+
+Compile time is the cost here: tiny shapes (B = 4, 6 steps), and each compiled graph (one per
+dtype, grad mode and chunk size) is reused by every test that needs it. The graphs land in the
+persistent cache (``hnnsym.ode.compiled.cache_dir``), so a second run only loads them.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import pytest
+import torch
+
+from hnnsym import integrate
+from hnnsym.ode import compiled
+from hnnsym.ode.gradients import get_gradient
+from hnnsym.ode.integrators import get_integrator
+from hnnsym.ode.solve import solve
+from hnnsym.physics.models import HNN
+
+
+def _compiler_missing() -> str:
+    if not torch._dynamo.is_dynamo_supported():
+        return "torch.compile (dynamo) is not supported on this platform"
+    if not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")):
+        return "no C++ compiler for inductor"
+    return ""
+
+
+pytestmark = pytest.mark.skipif(bool(_compiler_missing()), reason=_compiler_missing())
+
+H_STEP, STEPS, B = 0.05, 6, 4
+
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+    ),
+]
+_MODELS: dict = {}
+
+
+def _problem(dtype: torch.dtype, device: str = "cpu"):
+    """One model and y0 per dtype and device, shared by the tests (so are the compiled graphs)."""
+    if (dtype, device) not in _MODELS:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = HNN(1).to(dtype=dtype, device=device)
+        y0 = torch.randn(B, 2, dtype=dtype, generator=torch.Generator().manual_seed(1))
+        _MODELS[(dtype, device)] = (model, y0.to(device))
+    return _MODELS[(dtype, device)]
+
+
+def _run(dtype, gradient, compile_, sweeps=1, tol=None, loss_grad=True, device="cpu", chunk=1):
+    """(trajectory, parameter gradients or None, solver stats) of one rollout."""
+    model, y0 = _problem(dtype, device)
+    integ = get_integrator(
+        "implicit_midpoint", compile=compile_, compile_sweeps=sweeps, tol=tol, compile_steps=chunk
+    )  # fmt: skip
+    params = [p for p in model.parameters() if p.requires_grad]
+    with torch.set_grad_enabled(loss_grad):
+        sol = solve(model, y0, H_STEP, STEPS, integ, gradient)
+        if not loss_grad:
+            return sol.ys, None, sol.stats
+        loss = (sol.ys**2).sum()
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+    grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, params)]
+    return sol.ys.detach(), torch.cat([g.ravel() for g in grads]), sol.stats
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_states_equal_eager_to_rounding(dtype):
+    ys_c, _, stats_c = _run(dtype, "symplectic_adjoint", True, loss_grad=False)
+    ys_e, _, stats_e = _run(dtype, "symplectic_adjoint", False, loss_grad=False)
+    eps = torch.finfo(dtype).eps
+    assert torch.isfinite(ys_c).all()
+    assert (ys_c - ys_e).abs().max() <= 64 * eps * ys_e.abs().max()
+    # the same iteration: the same number of sweeps per step
+    assert stats_c.steps == stats_e.steps == STEPS
+    assert stats_c.iterations == stats_e.iterations
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("gradient", ["backprop", "symplectic_adjoint"])
+def test_gradients_equal_eager_float64(gradient, device):
+    """The compiled path differentiated by backprop (AOT autograd's backward of the graph) and
+    by the symplectic adjoint (compiled forward, eager backward)."""
+    ys_c, g_c, _ = _run(torch.float64, gradient, True, device=device)
+    ys_e, g_e, _ = _run(torch.float64, gradient, False, device=device)
+    assert (ys_c - ys_e).abs().max() <= 1e-13
+    assert g_e.abs().max() > 0
+    assert (g_c - g_e).abs().max() <= 1e-10 * g_e.abs().max()
+
+
+def test_chunks_stop_at_the_first_converged_sweep():
+    """Three sweeps per chunk and a tolerance that needs several: the iterate returned is the
+    first converged one (as the eager iteration), not the chunk's last, and later chunks follow
+    until convergence."""
+    ys_c, _, stats_c = _run(torch.float64, "symplectic_adjoint", True, 3, 1e-14, False)
+    ys_e, _, stats_e = _run(torch.float64, "symplectic_adjoint", False, 1, 1e-14, False)
+    assert stats_e.max_iterations > 3  # the test means something: more than one chunk
+    assert stats_e.iterations % 3  # and some step stops inside a chunk
+    assert stats_c.iterations == stats_e.iterations
+    assert (ys_c - ys_e).abs().max() <= 1e-13
+
+
+def test_compile_failure_falls_back_to_eager_with_one_notice(monkeypatch, caplog):
+    def broken(fn):
+        raise RuntimeError("no compiler here\nsecond line")
+
+    monkeypatch.setattr(compiled, "_compile", broken)
+    monkeypatch.setattr(compiled, "_programs", compiled.weakref.WeakKeyDictionary())
+    monkeypatch.setitem(compiled._state, "failed", False)
+    with caplog.at_level(logging.WARNING, logger="hnnsym.ode.compiled"):
+        ys_1, g_1, _ = _run(torch.float64, "backprop", True)
+        ys_2, g_2, _ = _run(torch.float64, "symplectic_adjoint", True, chunk=3)
+    ys_e, g_e, _ = _run(torch.float64, "backprop", False)
+    notices = [r for r in caplog.records if r.name == "hnnsym.ode.compiled"]
+    assert len(notices) == 1
+    assert "runs eagerly" in notices[0].getMessage()
+    assert "no compiler here" in notices[0].getMessage()
+    assert "\n" not in notices[0].getMessage()
+    assert torch.equal(ys_1, ys_e) and torch.equal(g_1, g_e)
+    assert torch.equal(ys_2, ys_e)
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(compiled.CACHE_ENV, str(tmp_path / "mine"))
+    assert compiled.cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv(compiled.CACHE_ENV)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert compiled.cache_dir() == tmp_path / "hnnsym" / "inductor"
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(ValueError, match="compile_sweeps"):
+        get_integrator("implicit_midpoint", compile=True, compile_sweeps=0)
+    with pytest.raises(ValueError, match="compile must be true or false"):
+        get_integrator("implicit_midpoint", compile="yes")
+
+
+def test_integrate_accepts_the_compiled_integrator():
+    model, y0 = _problem(torch.float64)
+    with torch.no_grad():
+        a = integrate(model, y0, H_STEP, 2, get_integrator("implicit_midpoint", compile=True))
+        b = integrate(model, y0, H_STEP, 2, "implicit_midpoint")
+    assert (a - b).abs().max() <= 1e-13
+
+
+@pytest.mark.parametrize("gradient", ["checkpoint", "symplectic_adjoint"])
+def test_recomputing_methods_continue_the_compiled_run(gradient):
+    """Stepwise methods that recompute the states between kept ones (keep_every = 4) restart the
+    compiled run from a kept state and its predictor history: the gradient is the eager one."""
+    method = get_gradient(gradient, keep_every=4)
+    _, g_c, _ = _run(torch.float64, method, True)
+    _, g_e, _ = _run(torch.float64, get_gradient(gradient, keep_every=4), False)
+    assert (g_c - g_e).abs().max() <= 1e-10 * g_e.abs().max()
+
+
+@pytest.mark.parametrize("gradient", ["backprop", "symplectic_adjoint"])
+def test_chunks_of_steps_equal_eager(gradient, monkeypatch):
+    """compile_steps = 3: once three steps are known, three steps of one sweep each per program;
+    a step whose sweep did not converge is stepped again alone. The same states, sweep counts and
+    gradients (float64)."""
+    from hnnsym.ode.integrators.stage_solver import RungeKutta
+
+    kept = []
+    original = RungeKutta._steps_compiled
+
+    def spy(self, *args):
+        states, stages = original(self, *args)
+        kept.append(len(states))
+        return states, stages
+
+    monkeypatch.setattr(RungeKutta, "_steps_compiled", spy)
+    model, y0 = _problem(torch.float64)
+    params = [p for p in model.parameters() if p.requires_grad]
+    for tol in (1e-7, 1e-11):  # one sweep meets the first at every step, not the second
+        results = []
+        for options in ({"compile": True, "compile_steps": 3}, {}):
+            integ = get_integrator("implicit_midpoint", tol=tol, **options)
+            sol = solve(model, y0, H_STEP, 12, integ, gradient)
+            grads = torch.autograd.grad((sol.ys**2).sum(), params, allow_unused=True)
+            flat = torch.cat([g.ravel() for g in grads if g is not None])
+            results.append((sol.ys.detach(), flat, sol.stats))
+        (ys_c, g_c, stats_c), (ys_e, g_e, stats_e) = results
+        assert stats_c.iterations == stats_e.iterations and stats_c.steps == stats_e.steps == 12
+        assert (ys_c - ys_e).abs().max() <= 1e-13
+        assert (g_c - g_e).abs().max() <= 1e-10 * g_e.abs().max()
+    assert 3 in kept and any(k < 3 for k in kept)  # chunks kept whole, and some cut short
