@@ -30,6 +30,8 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from hnnsym.artifacts import now_utc, write_text
 
 BASELINES = ("no_motion", "constant_velocity", "linear")
@@ -44,14 +46,23 @@ def load_runs(root: Path) -> dict[str, dict[str, list[dict]]]:
             continue
         recording = Path(m["data"]["file"]).stem
         model = m["model_config"].get("name", "?")
-        seed = m["config"].get("seed") if isinstance(m.get("config"), dict) else None
-        m["_seed"], m["_run"] = seed, str(path.parent.parent)
+        m["_seed"], m["_run"] = training_seed(path.parent.parent, m), str(path.parent.parent)
         m["_train_seconds"] = train_seconds(path.parent.parent / "metrics.csv")
         out[recording][model].append(m)
     for models in out.values():
         for runs in models.values():
             runs.sort(key=lambda m: (m["_seed"] is None, m["_seed"]))
     return out
+
+
+def training_seed(run: Path, m: dict) -> int | None:
+    """The seed the run was trained with (its ``config.yaml``), else the evaluation's."""
+    config = run / "config.yaml"
+    if config.exists():
+        seed = OmegaConf.load(config).get("seed")
+        if seed is not None:
+            return int(seed)
+    return m["config"].get("seed") if isinstance(m.get("config"), dict) else None
 
 
 def train_seconds(path: Path) -> float | None:
