@@ -280,8 +280,9 @@ table-chain: install
 # seeds $(REAL_POINTS_SEEDS)), and one table of
 # the models against the baselines (no motion, constant velocity, linear) and the physical fit:
 # outputs/bench/real/real_table.{csv,md} (docs/guide/recordings.md, "Results on real recordings").
-# Wall time: about 5 min on 2 CPU cores (278 s measured, beside a test run), most of it the 6
-# oscillator runs (40-60 s each).
+# Wall time on 2 CPU cores: the six recording_chain runs dominate (376-754 s each measured, with
+# two or three runs sharing the cores), then the 12 oscillator runs (27-67 s each), the two CHNN
+# runs (122-158 s) and the rest (about 5 min).
 # the folder holding the four recordings (REAL_DIR=<folder>)
 REAL_DIR ?= ../shared/data/real
 IBM_NAMES := [x0,y0,x1,y1,x2,y2]
