@@ -311,35 +311,42 @@ def fit_pendulum_params(th_train: np.ndarray, dt: float, H: int) -> tuple:
     return theta, theta_fd, sol, int(starts.shape[0])
 
 
-def fit_chain_angles(path: Path, data, units: Units, asked: list[int] | None) -> dict:
-    """The 7-parameter pendulum on a file of two joint angles and their rates (a recording in
-    angles, or tracked points ingested with ``ingest.chain``, ``ingest.coordinates=angles``):
-    fitted on the training angles, each test window started from the file's state at its first
-    frame (what ``evaluate`` gives a model of (θ, θ̇)), scored in the state (θ wrapped, θ̇), the
-    angles, and, when the file has a chain attribute, the tracked points."""
-    geometry = json.loads(data.attrs["chain"]) if "chain" in data.attrs else None
+def recorded_states(data, units: Units, split: str) -> np.ndarray:
+    """A split's states (N, T+1, 2d) in the recording's units with the velocities of the file,
+    q̇ = p / mass (``ingest.mass``: the files of ``ingest.velocities``)."""
     config = OmegaConf.create(data.attrs.get("ingest_config") or "{}")
-    mass = np.broadcast_to(np.asarray(config.get("mass", 1.0), dtype=np.float64), (2,))
+    y = units.to_recording(data.splits[split].observed)
+    d = y.shape[-1] // 2
+    mass = np.broadcast_to(np.asarray(config.get("mass", 1.0), dtype=np.float64), (d,))
+    return np.concatenate([y[..., :d], y[..., d:] / mass], -1)
+
+
+def from_file_state(path: Path, data, units: Units, asked: list[int] | None, to_angles,
+                    from_angles, periodic: list[int]) -> dict:  # fmt: skip
+    """The 7-parameter pendulum on a file of states with velocities, each test window started
+    from the file's state at its first frame (what ``evaluate`` gives a model of (q, q̇)):
+    ``to_angles`` maps states (…, 2d) to the joint angles and rates (…, 4) it is fitted and
+    rolled out in, ``from_angles`` maps its predictions back. Scored in the file's state
+    (``mse_h<h>``; ``periodic`` its angle components), the angles (``mse_angles_h<h>``) and,
+    with a chain attribute, the tracked points (``mse_points_h<h>``)."""
+    geometry = json.loads(data.attrs["chain"]) if "chain" in data.attrs else None
     dt = float(data.attrs["obs_dt"]) * units.time
-
-    def states(split: str) -> np.ndarray:  # (N, T+1, 4): θ, θ̇ = p / mass
-        y = units.to_recording(data.splits[split].observed)
-        return np.concatenate([y[..., :2], y[..., 2:] / mass], -1)
-
-    train, test = states("train"), states("test")
+    train, test = recorded_states(data, units, "train"), recorded_states(data, units, "test")
+    d = train.shape[-1] // 2
     hs = horizons.choose_horizons(PEND_HORIZONS if asked is None else asked, test.shape[1] - 1)
     H = hs[-1]
     start = time.perf_counter()
-    theta, theta_fd, sol, n_windows = fit_pendulum_params(train[..., :2], dt, H)
+    theta, theta_fd, sol, n_windows = fit_pendulum_params(to_angles(train)[..., :2], dt, H)
     seconds = time.perf_counter() - start
-    windows = horizons.tile_windows(test, H)  # (B, H+1, 4) from y₀, as evaluate
-    preds = {k: pend_roll(par, windows[:, 0], dt, H) for k, par in
+    windows = horizons.tile_windows(test, H)  # (B, H+1, 2d) from y₀, as evaluate
+    start_angles = to_angles(windows[:, :1])[:, 0]
+    preds = {k: from_angles(pend_roll(par, start_angles, dt, H)) for k, par in
              (("physical", theta), ("physical_fd", theta_fd))}  # fmt: skip
-    preds |= horizons.baselines(windows, 2, dt, horizons.fit_linear(train, [0, 1]), [0, 1])
+    preds |= horizons.baselines(windows, d, dt, horizons.fit_linear(train, periodic), periodic)
     truth = windows[:, 1:]
     out = {
         "file": str(path), "name": path.stem, "model": "damped compound double pendulum",
-        "dim": 2, "obs_dt": dt, "names": list(units.names), "labels": dict(units.labels),
+        "dim": d, "obs_dt": dt, "names": list(units.names), "labels": dict(units.labels),
         "horizons": hs, "windows": int(windows.shape[0]),
         "train_trajectories": int(train.shape[0]), "train_windows": n_windows,
         "parameters": len(PEND_PARAMS), "fit_seconds": round(seconds, 3),
@@ -352,19 +359,35 @@ def fit_chain_angles(path: Path, data, units: Units, asked: list[int] | None) ->
         out["units"] = geometry.get("units")
         out["chain"] = {"pivot_px": geometry["origin"], "l1_px": geometry["lengths"][0],
                         "l2_px": geometry["lengths"][1]}  # fmt: skip
+    truth_angles = to_angles(truth)
     for k, p in preds.items():
         suffix = "" if k == "physical" else f"_{k}"
-        state = horizons.horizon_mse(p, truth, hs, [0, 1])
-        ang = horizons.horizon_mse(p[..., :2], truth[..., :2], hs, [0, 1])
-        for h in hs:
-            out[f"mse_h{h}{suffix}"] = state[h]
-            out[f"mse_angles_h{h}{suffix}"] = ang[h]
+        found = {"mse": horizons.horizon_mse(p, truth, hs, periodic),
+                 "mse_angles": horizons.horizon_mse(to_angles(p)[..., :2], truth_angles[..., :2],
+                                                    hs, [0, 1])}  # fmt: skip
         if geometry is not None:
-            pts = horizons.horizon_mse(chain_points(geometry, p[..., :2]),
-                                       chain_points(geometry, truth[..., :2]), hs, [])  # fmt: skip
+            found["mse_points"] = horizons.horizon_mse(
+                record_points(geometry, p), record_points(geometry, truth), hs, []
+            )
+        for key, by_h in found.items():
             for h in hs:
-                out[f"mse_points_h{h}{suffix}"] = pts[h]
+                out[f"{key}_h{h}{suffix}"] = by_h[h]
     return out
+
+
+def record_points(geometry: dict, y: np.ndarray) -> np.ndarray:
+    """The tracked points (…, 2n) of a chain file's states: angles mapped by its geometry, or
+    its own positions (a chain of points)."""
+    n = len(geometry["lengths"])
+    if geometry["coordinates"] == "angles":
+        return chain_points(geometry, y[..., :n])
+    return y[..., : 2 * n]
+
+
+def fit_chain_angles(path: Path, data, units: Units, asked: list[int] | None) -> dict:
+    """The pendulum on a file of two joint angles and their rates (a recording in angles, or
+    tracked points ingested with ``ingest.chain``, ``ingest.coordinates=angles``)."""
+    return from_file_state(path, data, units, asked, lambda y: y, lambda a: a, [0, 1])
 
 
 def points_to_angles(y: np.ndarray) -> np.ndarray:
@@ -391,54 +414,13 @@ def angles_to_points(a: np.ndarray, lengths: list[float]) -> np.ndarray:
 
 
 def fit_chain_points(path: Path, data, units: Units, asked: list[int] | None) -> dict:
-    """The 7-parameter pendulum on a file of a tracked chain's two points with their velocities
-    (``ingest.chain``, ``coordinates=points``, ``velocities=smoothing``): fitted on the angles
-    of the training states, each test window started from the file's state (x, ẋ) at its first
-    frame mapped to angles and rates (what ``evaluate`` gives a model of (x, ẋ)), its prediction
-    mapped back through the chain's lengths, scored in the points (``mse_points_h<h>``, the
-    recording's units²), the state (``mse_h<h>``) and the angles."""
-    geometry = json.loads(data.attrs["chain"])
-    config = OmegaConf.create(data.attrs.get("ingest_config") or "{}")
-    mass = np.broadcast_to(np.asarray(config.get("mass", 1.0), dtype=np.float64), (4,))
-    dt = float(data.attrs["obs_dt"]) * units.time
-
-    def states(split: str) -> np.ndarray:  # (N, T+1, 8): x, ẋ = p / mass
-        y = units.to_recording(data.splits[split].observed)
-        return np.concatenate([y[..., :4], y[..., 4:] / mass], -1)
-
-    train, test = states("train"), states("test")
-    hs = horizons.choose_horizons(PEND_HORIZONS if asked is None else asked, test.shape[1] - 1)
-    H = hs[-1]
-    start = time.perf_counter()
-    theta, theta_fd, sol, n_windows = fit_pendulum_params(points_to_angles(train)[..., :2], dt, H)
-    seconds = time.perf_counter() - start
-    windows = horizons.tile_windows(test, H)  # (B, H+1, 8)
-    start_angles = points_to_angles(windows[:, :1])[:, 0]
-    preds = {k: angles_to_points(pend_roll(par, start_angles, dt, H), geometry["lengths"])
-             for k, par in (("physical", theta), ("physical_fd", theta_fd))}  # fmt: skip
-    preds |= horizons.baselines(windows, 4, dt, horizons.fit_linear(train, []), [])
-    truth = windows[:, 1:]
-    out = {
-        "file": str(path), "name": path.stem, "model": "damped compound double pendulum",
-        "dim": 4, "obs_dt": dt, "names": list(units.names), "labels": dict(units.labels),
-        "horizons": hs, "windows": int(windows.shape[0]),
-        "train_trajectories": int(train.shape[0]), "train_windows": n_windows,
-        "parameters": len(PEND_PARAMS), "fit_seconds": round(seconds, 3),
-        "rollout_fit": {"cost": float(sol.cost), "nfev": int(sol.nfev), "status": int(sol.status)},
-        "fit": dict(zip(PEND_PARAMS, map(float, theta))),
-        "fit_fd": dict(zip(PEND_PARAMS, map(float, theta_fd))),
-        "start": "the file's state", "units": geometry.get("units"),
-        "chain": {"pivot_px": geometry["origin"], "l1_px": geometry["lengths"][0],
-                  "l2_px": geometry["lengths"][1]},
-    }  # fmt: skip
-    for k, p in preds.items():
-        suffix = "" if k == "physical" else f"_{k}"
-        state = horizons.horizon_mse(p, truth, hs, [])
-        pts = horizons.horizon_mse(p[..., :4], truth[..., :4], hs, [])
-        for h in hs:
-            out[f"mse_h{h}{suffix}"] = state[h]
-            out[f"mse_points_h{h}{suffix}"] = pts[h]
-    return out
+    """The pendulum on a file of a tracked chain's two points with their velocities
+    (``ingest.chain``, ``coordinates=points``, ``velocities=smoothing``): the file's states
+    mapped to angles and rates (``points_to_angles``), predictions back to points through the
+    chain's lengths (``angles_to_points``)."""
+    lengths = json.loads(data.attrs["chain"])["lengths"]
+    return from_file_state(path, data, units, asked, points_to_angles,
+                           lambda a: angles_to_points(a, lengths), [])  # fmt: skip
 
 
 def fit_pendulum(path: Path, data, units: Units, asked: list[int] | None) -> dict:
