@@ -311,6 +311,24 @@ def fit_pendulum_params(th_train: np.ndarray, dt: float, H: int) -> tuple:
     return theta, theta_fd, sol, int(starts.shape[0])
 
 
+def pendulum_record(path: Path, units: Units, d: int, dt: float, hs: list[int],
+                    windows: np.ndarray, train: np.ndarray, n_windows: int, seconds: float, sol,
+                    theta: np.ndarray, theta_fd: np.ndarray, start: str) -> dict:  # fmt: skip
+    """What a pendulum fit writes besides its errors: the file, windows, the fit and its cost,
+    and how each window was started (``start``)."""
+    return {
+        "file": str(path), "name": path.stem, "model": "damped compound double pendulum",
+        "dim": d, "obs_dt": dt, "names": list(units.names), "labels": dict(units.labels),
+        "horizons": hs, "windows": int(windows.shape[0]),
+        "train_trajectories": int(train.shape[0]), "train_windows": n_windows,
+        "parameters": len(PEND_PARAMS), "fit_seconds": round(seconds, 3),
+        "rollout_fit": {"cost": float(sol.cost), "nfev": int(sol.nfev), "status": int(sol.status)},
+        "fit": dict(zip(PEND_PARAMS, map(float, theta))),
+        "fit_fd": dict(zip(PEND_PARAMS, map(float, theta_fd))),
+        "start": start,
+    }  # fmt: skip
+
+
 def recorded_states(data, units: Units, split: str) -> np.ndarray:
     """A split's states (N, T+1, 2d) in the recording's units with the velocities of the file,
     q̇ = p / mass (``ingest.mass``: the files of ``ingest.velocities``)."""
@@ -344,17 +362,8 @@ def from_file_state(path: Path, data, units: Units, asked: list[int] | None, to_
              (("physical", theta), ("physical_fd", theta_fd))}  # fmt: skip
     preds |= horizons.baselines(windows, d, dt, horizons.fit_linear(train, periodic), periodic)
     truth = windows[:, 1:]
-    out = {
-        "file": str(path), "name": path.stem, "model": "damped compound double pendulum",
-        "dim": d, "obs_dt": dt, "names": list(units.names), "labels": dict(units.labels),
-        "horizons": hs, "windows": int(windows.shape[0]),
-        "train_trajectories": int(train.shape[0]), "train_windows": n_windows,
-        "parameters": len(PEND_PARAMS), "fit_seconds": round(seconds, 3),
-        "rollout_fit": {"cost": float(sol.cost), "nfev": int(sol.nfev), "status": int(sol.status)},
-        "fit": dict(zip(PEND_PARAMS, map(float, theta))),
-        "fit_fd": dict(zip(PEND_PARAMS, map(float, theta_fd))),
-        "start": "the file's state",
-    }  # fmt: skip
+    out = pendulum_record(path, units, d, dt, hs, windows, train, n_windows, seconds, sol,
+                          theta, theta_fd, "the file's state")  # fmt: skip
     if geometry is not None:
         out["units"] = geometry.get("units")
         out["chain"] = {"pivot_px": geometry["origin"], "l1_px": geometry["lengths"][0],
@@ -458,18 +467,9 @@ def fit_pendulum(path: Path, data, units: Units, asked: list[int] | None) -> dic
     preds_ang |= horizons.baselines(ang, 2, dt, coef_ang, [0, 1])
     mse = {k: horizons.horizon_mse(p, windows[:, 2:], hs, []) for k, p in preds.items()}
     mse_ang = {k: horizons.horizon_mse(p, ang[:, 2:], hs, [0, 1]) for k, p in preds_ang.items()}
-    out = {
-        "file": str(path), "name": path.stem, "model": "damped compound double pendulum",
-        "dim": 4, "obs_dt": dt, "names": list(units.names), "labels": dict(units.labels),
-        "horizons": hs, "windows": int(windows.shape[0]),
-        "train_trajectories": int(train.shape[0]), "train_windows": n_windows,
-        "parameters": len(PEND_PARAMS), "fit_seconds": round(seconds, 3),
-        "rollout_fit": {"cost": float(sol.cost), "nfev": int(sol.nfev), "status": int(sol.status)},
-        "fit": dict(zip(PEND_PARAMS, map(float, theta))),
-        "fit_fd": dict(zip(PEND_PARAMS, map(float, theta_fd))),
-        "start": "two frames",
-        "chain": {"pivot_px": chain.pivot.tolist(), "l1_px": chain.l1, "l2_px": chain.l2},
-    }  # fmt: skip
+    out = pendulum_record(path, units, 4, dt, hs, windows, train, n_windows, seconds, sol,
+                          theta, theta_fd, "two frames")  # fmt: skip
+    out["chain"] = {"pivot_px": chain.pivot.tolist(), "l1_px": chain.l1, "l2_px": chain.l2}
     for k in mse:
         for h in hs:
             suffix = "" if k == "physical" else f"_{k}"
