@@ -59,11 +59,11 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from hnnsym.artifacts import now_utc, versions, write_text
-from hnnsym.data.chains import fit_circle, tracked_points
+from hnnsym.data.chains import fit_circle, recorded_chain, tracked_points
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.units import Units
 from hnnsym.evaluation import horizons
-from hnnsym.evaluation.chains import chain_points
+from hnnsym.evaluation.chains import tracked_points_of
 
 try:
     from scipy.linalg import expm
@@ -347,7 +347,7 @@ def from_file_state(path: Path, data, units: Units, asked: list[int] | None, to_
     rolled out in, ``from_angles`` maps its predictions back. Scored in the file's state
     (``mse_h<h>``; ``periodic`` its angle components), the angles (``mse_angles_h<h>``) and,
     with a chain attribute, the tracked points (``mse_points_h<h>``)."""
-    geometry = json.loads(data.attrs["chain"]) if "chain" in data.attrs else None
+    geometry = recorded_chain(data.attrs)
     dt = float(data.attrs["obs_dt"]) * units.time
     train, test = recorded_states(data, units, "train"), recorded_states(data, units, "test")
     d = train.shape[-1] // 2
@@ -376,21 +376,12 @@ def from_file_state(path: Path, data, units: Units, asked: list[int] | None, to_
                                                     hs, [0, 1])}  # fmt: skip
         if geometry is not None:
             found["mse_points"] = horizons.horizon_mse(
-                record_points(geometry, p), record_points(geometry, truth), hs, []
+                tracked_points_of(geometry, p), tracked_points_of(geometry, truth), hs, []
             )
         for key, by_h in found.items():
             for h in hs:
                 out[f"{key}_h{h}{suffix}"] = by_h[h]
     return out
-
-
-def record_points(geometry: dict, y: np.ndarray) -> np.ndarray:
-    """The tracked points (…, 2n) of a chain file's states: angles mapped by its geometry, or
-    its own positions (a chain of points)."""
-    n = len(geometry["lengths"])
-    if geometry["coordinates"] == "angles":
-        return chain_points(geometry, y[..., :n])
-    return y[..., : 2 * n]
 
 
 def fit_chain_angles(path: Path, data, units: Units, asked: list[int] | None) -> dict:
@@ -427,7 +418,7 @@ def fit_chain_points(path: Path, data, units: Units, asked: list[int] | None) ->
     (``ingest.chain``, ``coordinates=points``, ``velocities=smoothing``): the file's states
     mapped to angles and rates (``points_to_angles``), predictions back to points through the
     chain's lengths (``angles_to_points``)."""
-    lengths = json.loads(data.attrs["chain"])["lengths"]
+    lengths = recorded_chain(data.attrs)["lengths"]
     return from_file_state(path, data, units, asked, points_to_angles,
                            lambda a: angles_to_points(a, lengths), [])  # fmt: skip
 

@@ -57,7 +57,7 @@ def recording_model_config(model_cfg: dict, system: str, attrs: dict) -> dict:
     CLNN) on a recording of tracked points (``ingest.chain``, ``coordinates=points``): its
     constraints are the recorded chain's (``chain_system_params``), and it observes (x, ẋ)
     (``own_momenta``: the file's p = mass · ẋ is not the model's M_θ ẋ). Any other config, or
-    any other file, is returned unchanged."""
+    any other file, is returned as it is (the same object)."""
     if system != MEASURED or not has(model_class(model_cfg), Capability.CONSTRAINTS):
         return model_cfg
     if not tracked_points(attrs):

@@ -256,9 +256,20 @@ def chain_mapping(
     return table, replace(m, positions=c.angle_columns, angles=c.angle_columns), c
 
 
+def recorded_chain(attrs: dict) -> dict | None:
+    """A data file's chain attribute (``Chain.as_attr``) decoded, or None for a file without
+    one: its positions are the chain's joint angles (``coordinates`` angles) or its moving
+    points relative to the origin (points)."""
+    raw = attrs.get("chain")
+    if raw is None:
+        return None
+    return json.loads(raw) if isinstance(raw, str) else dict(raw)
+
+
 def tracked_points(attrs: dict) -> bool:
     """Whether a data file holds the points of a tracked chain (``coordinates=points``)."""
-    return "chain" in attrs and json.loads(attrs["chain"]).get("coordinates") == "points"
+    chain = recorded_chain(attrs)
+    return chain is not None and chain.get("coordinates") == "points"
 
 
 def chain_system_params(attrs: dict, units_q: tuple[float, ...]) -> dict | None:
@@ -268,7 +279,7 @@ def chain_system_params(attrs: dict, units_q: tuple[float, ...]) -> dict | None:
     constraints are used: the masses and gravity of ``chain_pendulum`` are not."""
     if not tracked_points(attrs):
         return None
-    chain = json.loads(attrs["chain"])
+    chain = recorded_chain(attrs)
     a = float(units_q[0])
     n = len(chain["lengths"])
     return {"links": n, "lengths": [float(v) / a for v in chain["lengths"]], "masses": [1.0] * n}

@@ -18,7 +18,6 @@ same windows, steps 1..h, and the points' x, y (or the angles) as components.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -27,16 +26,6 @@ from torch import nn
 
 from hnnsym.evaluation import horizons
 from hnnsym.physics.lagrangian_models import LagrangianModel
-
-
-def recorded_chain(attrs: Mapping) -> dict | None:
-    """The file's chain attribute (decoded: ``hnnsym.data.chains``), its positions being the
-    chain's joint angles (``coordinates`` angles) or its moving points relative to the origin
-    (points); None for a file without one."""
-    raw = attrs.get("chain")
-    if raw is None:
-        return None
-    return json.loads(raw) if isinstance(raw, str) else dict(raw)
 
 
 def chain_points(chain: Mapping, theta: np.ndarray) -> np.ndarray:
@@ -49,6 +38,16 @@ def chain_points(chain: Mapping, theta: np.ndarray) -> np.ndarray:
     return points.reshape(*theta.shape[:-1], 2 * len(lengths))
 
 
+def tracked_points_of(chain: Mapping, states: np.ndarray) -> np.ndarray:
+    """The moving points (…, 2n) in the recording's units (the image) of states (…, w) of a
+    file with a chain: joint angles mapped by its geometry (``chain_points``), or its first 2n
+    components, points relative to the origin, shifted back by the origin."""
+    n = len(chain["lengths"])
+    if chain.get("coordinates") == "angles":
+        return chain_points(chain, states[..., :n])
+    return np.asarray(states[..., : 2 * n], dtype=np.float64) + np.tile(chain["origin"], n)
+
+
 def chain_horizon_metrics(
     chain: Mapping,
     pred: np.ndarray,
@@ -57,19 +56,15 @@ def chain_horizon_metrics(
     hs: Sequence[int],
 ) -> dict[str, float]:
     """``mse_points_h<h>`` of the model's predictions (B, H, w) and, with the suffix ``_<b>``, of
-    each baseline's, against the observed windows (B, H, w), in the recording's units: a chain
-    in joint angles mapped to its points (``chain_points``; and ``mse_angles_h<h>``, wrapped),
-    a chain of points on its first 2n components (the positions, without the velocities)."""
+    each baseline's, against the observed windows (B, H, w), in the recording's units, in the
+    tracked points (``tracked_points_of``: without the velocities); for a chain in joint angles
+    also ``mse_angles_h<h>`` (wrapped)."""
     n = len(chain["lengths"])
     in_angles = chain.get("coordinates") == "angles"
-
-    def points(y: np.ndarray) -> np.ndarray:
-        return chain_points(chain, y[..., :n]) if in_angles else y[..., : 2 * n]
-
-    truth_points = points(observed)
+    truth_points = tracked_points_of(chain, observed)
     out: dict[str, float] = {}
     for suffix, p in [("", pred), *((f"_{b}", q) for b, q in base.items())]:
-        pts = horizons.horizon_mse(points(p), truth_points, hs, [], model=pred)
+        pts = horizons.horizon_mse(tracked_points_of(chain, p), truth_points, hs, [], model=pred)
         for h in hs:
             out[f"mse_points_h{h}{suffix}"] = pts[h]
         if in_angles:

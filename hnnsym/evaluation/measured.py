@@ -55,16 +55,12 @@ from torch import Tensor, nn
 
 from hnnsym.checkpoints import trained_options
 from hnnsym.config.build import build_integrator
+from hnnsym.data.chains import recorded_chain
 from hnnsym.data.units import Units
 from hnnsym.data.velocities import VelocityMap
 from hnnsym.errors import UserError
 from hnnsym.evaluation import horizons, plots
-from hnnsym.evaluation.chains import (
-    chain_horizon_metrics,
-    chain_points,
-    learned_chain,
-    recorded_chain,
-)
+from hnnsym.evaluation.chains import chain_horizon_metrics, learned_chain, tracked_points_of
 from hnnsym.evaluation.metrics import energies, rollout_metrics
 from hnnsym.evaluation.positions import prediction_scheme, rollout_positions
 from hnnsym.evaluation.problem import Problem, Rolled
@@ -479,15 +475,10 @@ ARMS_FRAMES = 26  # the chain figure: the first 25 steps of a test trajectory
 
 
 def image_points(chain: dict, states: Tensor | np.ndarray) -> np.ndarray:
-    """The moving points (T, n, 2) in the image (the recording's units) of states (T, w) of a
-    recorded chain: joint angles mapped by its geometry, or points relative to its origin."""
+    """The moving points (T, n, 2) in the image of states (T, w) of a recorded chain."""
     states = np.asarray(torch.as_tensor(states).detach().cpu(), dtype=np.float64)
-    n = len(chain["lengths"])
-    if chain.get("coordinates") == "angles":
-        flat = chain_points(chain, states[..., :n])
-    else:
-        flat = states[..., : 2 * n] + np.tile(np.asarray(chain["origin"]), n)
-    return flat.reshape(*flat.shape[:-1], n, 2)
+    flat = tracked_points_of(chain, states)
+    return flat.reshape(*flat.shape[:-1], -1, 2)
 
 
 def draw_measured_figures(

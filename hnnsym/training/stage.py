@@ -103,10 +103,8 @@ def train(cfg: DictConfig) -> TrainResult:
             f"{stored.get(differ[0])!r}, the config's {system.params[differ[0]]!r}; train with the "
             "system overrides it was generated with"
         )
-    adapted = recording_model_config(
-        OmegaConf.to_container(cfg.model, resolve=True), system.name, data.attrs
-    )
-    if adapted != OmegaConf.to_container(cfg.model, resolve=True):
+    asked = OmegaConf.to_container(cfg.model, resolve=True)
+    if (adapted := recording_model_config(asked, system.name, data.attrs)) is not asked:
         with open_dict(cfg):
             cfg.model = adapted
     model_periodic(cfg, Units.from_attrs(data.attrs, system.dim).periodic, data_file)

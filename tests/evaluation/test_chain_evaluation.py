@@ -14,10 +14,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from hnnsym.config import CONF_DIR
+from hnnsym.data.chains import recorded_chain
 from hnnsym.data.hdf5 import Split, read_dataset, write_dataset
 from hnnsym.data.units import Units
 from hnnsym.evaluation import horizons
-from hnnsym.evaluation.chains import chain_points, recorded_chain
+from hnnsym.evaluation.chains import chain_points
 from hnnsym.evaluation.stage import evaluate, summary
 from hnnsym.train import train
 
