@@ -262,7 +262,7 @@ class RungeKutta:
         (``compiled.steps``), one read-back: the states and stages of the leading steps whose
         sweep met the tolerance (a step that did not, and the steps after it, are dropped and
         stepped again by the caller). Nothing where compilation is unavailable."""
-        self._partitioned, self._orders  # noqa: B018  (filled here: dynamo cannot enter their lock)
+        self._fill_caches()
         got = compiled_steps(self, problem.H, y, *previous, problem.h, y.shape[-1] // 2, m)
         if got is None:
             return [], []
@@ -316,6 +316,11 @@ class RungeKutta:
             ],
             dim=-1,
         )
+
+    def _fill_caches(self) -> None:
+        """Compute the cached properties before a compiled call: dynamo cannot enter the lock
+        ``cached_property`` takes on first access."""
+        self._partitioned, self._orders  # noqa: B018
 
     @cached_property
     def _partitioned(self) -> bool:
@@ -398,7 +403,7 @@ class RungeKutta:
         |h| max|ΔK| <= tol, as ``FixedPoint.iterate``. None where compilation is unavailable."""
         solver, k = self.solver, self.compile_sweeps
         tol = solver.tolerance(y.dtype)
-        self._partitioned, self._orders  # noqa: B018  (filled here: dynamo cannot enter their lock)
+        self._fill_caches()
         done, residual, K = 0, float("inf"), None
         while done < solver.max_iter:
             out = compiled_sweeps(self, H, y, *guess, h, n_q, k)
