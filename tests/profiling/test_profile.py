@@ -251,10 +251,10 @@ def test_cli_bad_input_is_one_line_error(tmp_path):
 @pytest.mark.slow
 def test_subprocess_rss_sees_backprops_graph():
     """A fresh process's RSS growth holds at least the bytes saved for backward (they are resident
-    together at the end of forward); the symplectic adjoint's is several times smaller (at 128
-    steps: measured 16 against 93 MiB; at 32 steps backprop's graph, smaller per step since the
-    extrapolating predictor, is too close to the adjoint's allocator baseline to tell)."""
-    steps = 128
+    together at the end of forward); the symplectic adjoint's is several times smaller. At 512
+    steps measured 16 against 205 MiB; at 128 steps (12 against 40 to 52 MiB) backprop's graph is
+    too close to the adjoint's allocator baseline of about 12 MiB to tell them apart reliably."""
+    steps = 512
     setting = Setting(system=OSCILLATOR, batch=512)
     bp, sa = (Method(g, "implicit_midpoint", HNN) for g in ("backprop", "symplectic_adjoint"))
     H = make_model(HNN, 1, 0)
