@@ -188,6 +188,10 @@ class TrainOptions:
     # steps of the validation windows (null: window); longer ones let the model's error grow
     # past the noise floor
     val_window: int | None = checked(ge(1), nullable=True, default=None)
+    # validation windows: null, one per validation trajectory from a random start (drawn on the
+    # seed); K, every window starting at 0, K, 2K, ... of each (a long recording cut into a few
+    # pieces is then validated on all of it, not on a handful of draws)
+    val_stride: int | None = checked(ge(1), nullable=True, default=None)
     max_train: int | None = checked(ge(1), nullable=True, default=None)  # the first N trajectories
     max_val: int | None = checked(ge(1), nullable=True, default=None)
     # window start: observed | smoothed (fitted to the window under the model's flow) | learned
@@ -249,8 +253,9 @@ class EvalSchema:
     plot_trajectories: int = checked(ge(0))
     plot_training_data: bool = MISSING
     scatter_points: int = checked(ge(1))
-    out_dir: str | None = checked(PATH, nullable=True)  # null: ${run_dir}/eval
+    out_dir: str | None = checked(PATH, nullable=True)  # null: ${run_dir}/eval (or eval_val)
     overwrite: bool = MISSING
+    split: str = checked(one_of("test", "val"))  # the split rolled out and scored
 
 
 @dataclass

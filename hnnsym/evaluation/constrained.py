@@ -43,7 +43,7 @@ from hnnsym.evaluation.metrics import (
 )
 from hnnsym.evaluation.problem import Problem, Rolled
 from hnnsym.evaluation.rollout import model_rollout
-from hnnsym.evaluation.summary import number, summary_text
+from hnnsym.evaluation.summary import number, split_name, summary_text
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.ode.solve import integrate
 from hnnsym.physics.constraints import onto_manifold, project_onto_manifold
@@ -252,7 +252,7 @@ def constrained_summary(m: dict, out: Path) -> str:
     f = partial(number, m)  # f(key): the metric for the terminal
 
     body = (
-        f"  rollout of {m['rollout_trajectories']} test trajectories to t = "
+        f"  rollout of {m['rollout_trajectories']} {split_name(m)} trajectories to t = "
         f"{m['rollout_horizon']:g} ({m['rollout_integrator']}): rel. error gmean "
         f"{f('rel_err_gmean')} (pooled {f('rel_err_gmean_pooled')}), chaos floor "
         f"{f('floor_rel_err_gmean')}; max |Phi| {f('constraint_phi_max')}, true-energy drift "

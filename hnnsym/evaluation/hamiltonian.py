@@ -19,7 +19,7 @@ from hnnsym.evaluation.initial_states import fit_initial_states
 from hnnsym.evaluation.metrics import default_grid_points, grid_errors, rollout_metrics
 from hnnsym.evaluation.problem import Problem, Rolled
 from hnnsym.evaluation.rollout import in_data_coordinates, model_rollout
-from hnnsym.evaluation.summary import number, summary_text
+from hnnsym.evaluation.summary import number, split_name, summary_text
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.ode.integrators import Integrator
 
@@ -161,7 +161,7 @@ class HamiltonianPart:
         body = (
             f"  H on {m['grid_size']} grid points: h_l1 {f('h_l1')} (raw {f('h_l1_raw')}, "
             f"rel {f('h_l1_rel')}); vector field l1 {f('vf_l1')} (rel {f('vf_rel')})\n"
-            f"  rollout of {m['rollout_trajectories']} test trajectories to t = "
+            f"  rollout of {m['rollout_trajectories']} {split_name(m)} trajectories to t = "
             f"{m['rollout_horizon']:g} ({m['rollout_integrator']}, h = {m['rollout_dt']:g}): "
             f"mse {f('traj_mse')}, rel. error gmean {f('rel_err_gmean')}, valid time "
             f"{f('vpt_mean')} (threshold {m['vpt_threshold']:g}), true-energy drift max "

@@ -65,7 +65,7 @@ from hnnsym.evaluation.metrics import energies, rollout_metrics
 from hnnsym.evaluation.positions import prediction_scheme, rollout_positions
 from hnnsym.evaluation.problem import Problem, Rolled
 from hnnsym.evaluation.rollout import RolloutResult, in_data_coordinates, model_rollout
-from hnnsym.evaluation.summary import number, summary_text
+from hnnsym.evaluation.summary import number, split_name, summary_text
 from hnnsym.ode.capabilities import has
 from hnnsym.ode.dynamics import has_hamiltonian
 from hnnsym.physics.capabilities import ModelCapability
@@ -593,12 +593,12 @@ def measured_summary(m: dict, out: Path) -> str:
 
     baselines = ", ".join(f"{b.replace('_', ' ')} {f(f'traj_mse_{b}')}" for b in m["baselines"])
     body = (
-        f"  mean squared error (recording units) on {m['windows']} test windows of "
+        f"  mean squared error (recording units) on {m['windows']} {split_name(m)} windows of "
         f"{m['main_horizon']} steps ({m['rollout_integrator']}, dt = {m['rollout_dt']:g}), "
         "up to each horizon (steps and time; model/baseline in brackets):\n"
         f"{horizon_table(m)}\n"
         f"{chain_lines(m)}"
-        f"  whole test trajectories ({m['rollout_trajectories']}, to t = "
+        f"  whole {split_name(m)} trajectories ({m['rollout_trajectories']}, to t = "
         f"{m['rollout_horizon']:g}): mse {f('traj_mse')} ({baselines}); at "
         f"{m['short_horizon_steps']} steps (the training window) |error| {f('traj_l2_short')}; "
         f"valid time {f('vpt_mean')} (threshold {m['vpt_threshold']:g}), failed "

@@ -31,14 +31,19 @@ def jsonable(value: Any) -> Any:
 
 
 def out_dir(cfg: DictConfig) -> Path:
-    """Where the evaluation goes: ``eval.out_dir``, by default ``${run_dir}/eval``."""
-    return Path(cfg.eval.out_dir) if cfg.eval.out_dir else Path(cfg.run_dir) / "eval"
+    """Where the evaluation goes: ``eval.out_dir``, by default ``${run_dir}/eval`` (the test
+    split) or ``${run_dir}/eval_val`` (``eval.split=val``)."""
+    if cfg.eval.out_dir:
+        return Path(cfg.eval.out_dir)
+    return Path(cfg.run_dir) / ("eval" if cfg.eval.get("split", "test") == "test" else "eval_val")
 
 
-def earlier_evaluation(out: Path, data_file: Path, data_sha: str, overwrite: bool) -> dict | None:
+def earlier_evaluation(
+    out: Path, data_file: Path, data_sha: str, overwrite: bool, split: str = "test"
+) -> dict | None:
     """The metrics of the evaluation already in ``out`` (None if there is none, or unreadable),
-    after checking that this one may replace it: it must be of the same data (sha256), unless
-    ``overwrite``. UserError otherwise, before any work is done or file written."""
+    after checking that this one may replace it: it must be of the same data (sha256) and split,
+    unless ``overwrite``. UserError otherwise, before any work is done or file written."""
     path = out / "metrics.json"
     if not path.exists():
         return None
@@ -46,13 +51,17 @@ def earlier_evaluation(out: Path, data_file: Path, data_sha: str, overwrite: boo
         earlier = json.loads(path.read_text())
         data = earlier["data"]
         sha, file = str(data["sha256"]), data.get("file")
+        earlier_split = str(data.get("split", "test"))
     except (OSError, ValueError, KeyError, TypeError):
-        earlier, sha, file = None, None, None
-    if overwrite or sha == data_sha:
+        earlier, sha, file, earlier_split = None, None, None, None
+    if overwrite or (sha == data_sha and earlier_split == split):
         return earlier if isinstance(earlier, dict) else None
     keep = (
         "pass eval.overwrite=true to replace it, or eval.out_dir=<dir> to write this one elsewhere"
     )
+    if sha == data_sha:
+        raise UserError(f"{out} holds an evaluation of the {earlier_split} split of {file}, not of "
+                        f"its {split} split; {keep}")  # fmt: skip
     if sha is None:
         raise UserError(f"{out} holds an evaluation ({path}) that does not say which data it is "
                         f"of; {keep}")  # fmt: skip

@@ -49,7 +49,7 @@ from hnnsym.evaluation.metrics import (
     valid_prediction_time,
 )
 from hnnsym.evaluation.problem import Problem, Rolled
-from hnnsym.evaluation.summary import number, summary_text
+from hnnsym.evaluation.summary import number, split_name, summary_text
 from hnnsym.ode.lagrangian import (
     EXPLICIT,
     SCHEMES,
@@ -410,7 +410,7 @@ def position_summary(m: dict, out: Path) -> str:
     f = partial(number, m)  # f(key): the metric for the terminal
 
     body = (
-        f"  predicted {m['rollout_trajectories']} test trajectories from their first two positions "
+        f"  predicted {m['rollout_trajectories']} {split_name(m)} trajectories from their first two positions "
         f"to t = {m['rollout_horizon']:g} ({m['prediction']['scheme']}, dt = {m['rollout_dt']:g}; "
         f"Newton iterations mean {f('newton_iterations_mean')}): position mse {f('q_mse')}, "
         f"energy mse {f('energy_mse')}, modelled-energy variance {f('energy_var_model')} "

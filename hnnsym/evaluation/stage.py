@@ -106,15 +106,19 @@ def build_model(payload: dict, path: Path, device: torch.device, dtype: torch.dt
 
 
 def read_data(cfg: DictConfig, model: nn.Module, system: System) -> Dataset:
-    """The test split of ``cfg.data_file`` (and the train split where a figure or a baseline
-    needs it); UserError when the model does not fit its observations."""
+    """The evaluated split of ``cfg.data_file`` (``eval.split``: test, or val to choose settings
+    without the test windows), under the key "test" that every part reads, and the train split
+    where a figure or a baseline needs it; UserError when the model does not fit its
+    observations."""
     e, data_file = cfg.eval, Path(cfg.data_file)
     # a recording's evaluation fits its linear baseline on the train split
     train_too = (e.figures and e.plot_training_data) or not system.known
-    splits = ("test", "train") if train_too else ("test",)
+    splits = (e.split, "train") if train_too else (e.split,)
     data = read_dataset(
         data_file, system=system.name, dim=system.dim, splits=splits, memory_limit=cfg.memory_limit
     )
+    if e.split != "test":
+        data.splits["test"] = data.splits.pop(e.split)
     width = data.splits["test"].observed.shape[-1]  # positions only (d) or states (2d)
     observes = "q" if has(model, ModelCapability.POSITION_ONLY) else "qp"
     if problem := data_problem(observes, width, system.dim, model, cfg.method.name, str(data_file)):
@@ -207,7 +211,7 @@ def evaluate(cfg: DictConfig) -> dict:
             f"on ({payload.get('data_file')}, sha256 {str(payload['data_sha256'])[:12]}…)",
             file=sys.stderr,
         )
-    earlier = earlier_evaluation(out, data_file, data_sha, bool(e.overwrite))
+    earlier = earlier_evaluation(out, data_file, data_sha, bool(e.overwrite), e.split)
     if e.grid_points is not None:  # the float64 box grid of H's metrics, before the filter
         box = float(e.grid_points) ** (2 * system.dim) * 2 * system.dim * 8
         check_memory(3 * box, f"eval.grid_points={e.grid_points}", cfg.memory_limit)
@@ -233,6 +237,7 @@ def evaluate(cfg: DictConfig) -> dict:
             "data": {
                 "file": str(data_file),
                 "sha256": data_sha,
+                "split": e.split,
                 "checkpoint_sha256": payload.get("data_sha256"),
                 "obs_dt": problem.obs_dt,
                 "test_trajectories": int(problem.truth.shape[1]),

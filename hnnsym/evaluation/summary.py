@@ -11,6 +11,11 @@ def number(m: dict, key: str) -> str:
     return "n/a" if m.get(key) is None else f"{m[key]:.4g}"
 
 
+def split_name(m: dict) -> str:
+    """The evaluated split (``eval.split``): ``test`` unless the metrics say otherwise."""
+    return str(m.get("data", {}).get("split", "test"))
+
+
 def summary_text(m: dict, out: Path, body: str, about: str = "") -> str:
     """``evaluated <checkpoint> on <data><about>``, the ``body`` lines (indented by the caller),
     the metrics/curves/figures paths under ``out`` and one line per note."""

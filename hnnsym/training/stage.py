@@ -45,7 +45,7 @@ from hnnsym.data.chains import tracked_points
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.units import Units
 from hnnsym.data.velocities import velocity_map
-from hnnsym.data.windows import random_windows
+from hnnsym.data.windows import random_windows, strided_windows
 from hnnsym.errors import UserError
 from hnnsym.ode.capabilities import has
 from hnnsym.physics.capabilities import ModelCapability
@@ -229,7 +229,10 @@ def build_trainer(
     generator = torch.Generator().manual_seed(cfg.seed)
     val_generator = torch.Generator().manual_seed(cfg.seed + 1_000_003)
     val_window = t.window if t.val_window is None else t.val_window
-    val_windows = random_windows(val, val_window, torch.arange(val.shape[0]), val_generator)
+    if t.val_stride is None:
+        val_windows = random_windows(val, val_window, torch.arange(val.shape[0]), val_generator)
+    else:
+        val_windows = strided_windows(val, val_window, t.val_stride)
     try:
         integrator = build_integrator(cfg.integrator)
         gradient = build_gradient(cfg.gradient)

@@ -23,7 +23,7 @@ from hnnsym.data.hdf5 import (
     write_dataset,
 )
 from hnnsym.data.simulate import add_noise, observation_ratio, simulate, split_generator
-from hnnsym.data.windows import random_windows
+from hnnsym.data.windows import random_windows, strided_windows
 from hnnsym.errors import DataError, UserError
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.physics.systems import get_system
@@ -313,6 +313,23 @@ def test_random_windows_rejects_bad_window(window):
     observed = torch.zeros(3, 6, 2)  # T = 5
     with pytest.raises(DataError, match="window"):
         random_windows(observed, window, torch.arange(3), torch.Generator())
+
+
+def test_strided_windows_are_every_window_at_the_stride_trajectory_by_trajectory():
+    N, T = 3, 11
+    observed = torch.randn(N, T + 1, 2, generator=torch.Generator().manual_seed(0))
+    out = strided_windows(observed, 4, 3)  # starts 0, 3, 6: the last ends at 10 <= T
+    assert out.shape == (5, N * 3, 2)
+    for k, (n, s) in enumerate((n, s) for n in range(N) for s in (0, 3, 6)):
+        assert torch.equal(out[:, k], observed[n, s : s + 5])
+    assert torch.equal(strided_windows(observed, T, 1), observed.transpose(0, 1))
+    assert strided_windows(observed, 2, 1).shape[1] == N * (T - 1)  # every start
+
+
+@pytest.mark.parametrize(("window", "stride", "message"), [(12, 1, "window"), (4, 0, "stride")])
+def test_strided_windows_reject_a_bad_window_or_stride(window, stride, message):
+    with pytest.raises(DataError, match=message):
+        strided_windows(torch.zeros(2, 12, 2), window, stride)
 
 
 # ---- making data ----------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from hnnsym.evaluation.measured import MeasuredPart
 from hnnsym.evaluation.positions import PositionPart
 from hnnsym.evaluation.problem import Kind, Problem, Rolled
 from hnnsym.evaluation.registry import part_for, summary_part
-from hnnsym.evaluation.stage import evaluate
+from hnnsym.evaluation.stage import evaluate, summary
 from hnnsym.ode.dynamics import vector_field
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.physics.capabilities import ModelCapability
@@ -353,6 +353,28 @@ def test_an_evaluation_of_other_data_is_replaced_only_when_asked(data_dir, tmp_p
     (tmp_path / "afile").write_text("")
     with pytest.raises(UserError, match="cannot write to the evaluation directory"):
         evaluate(compose_cfg(data_dir, run_dir, *fast, f"eval.out_dir={tmp_path / 'afile' / 'x'}"))
+
+
+def test_the_validation_split_is_scored_apart_from_the_test_split(data_dir, tmp_path):
+    """eval.split=val rolls out the validation trajectories (8 steps here, the test ones 40) into
+    ${run_dir}/eval_val, leaves the test evaluation alone and is never taken for it."""
+    run_dir = tmp_path / "run"
+    write_checkpoint(run_dir, fitted_to_true_field(50), data_file(data_dir))
+    fast = ["eval.figures=false", "eval.max_trajectories=3"]
+    test = evaluate(compose_cfg(data_dir, run_dir, *fast))
+    before = (run_dir / "eval" / "metrics.json").read_bytes()
+    val = evaluate(compose_cfg(data_dir, run_dir, *fast, "eval.split=val"))
+    assert (run_dir / "eval" / "metrics.json").read_bytes() == before
+    saved = json.loads((run_dir / "eval_val" / "metrics.json").read_text())
+    assert saved["data"]["split"] == "val" and test["data"]["split"] == "test"
+    assert saved["rollout_steps"] == 8 and test["rollout_steps"] == 40
+    assert val["traj_mse"] != test["traj_mse"]
+    assert "rollout of 3 val trajectories" in summary(val)
+    with pytest.raises(UserError, match="holds an evaluation of the test split of .*, not of its "
+                                        "val split"):  # fmt: skip
+        evaluate(compose_cfg(data_dir, run_dir, *fast, "eval.split=val",
+                             f"eval.out_dir={run_dir / 'eval'}"))  # fmt: skip
+    assert (run_dir / "eval" / "metrics.json").read_bytes() == before
 
 
 # ---- the parts: chosen by what the data and the model are, not by their names ----------------

@@ -12,7 +12,7 @@ from scipy.optimize import least_squares
 from torch import nn
 
 from hnnsym.config.schemas import EarlyStopSchema, validated
-from hnnsym.data.windows import random_windows
+from hnnsym.data.windows import random_windows, strided_windows
 from hnnsym.errors import UserError
 from hnnsym.evaluation.initial_states import fit_initial_states
 from hnnsym.ode.integrators import get_integrator
@@ -332,6 +332,14 @@ def test_val_window_sets_the_validation_windows_and_is_checked(compose_config, t
     trainer = build_trainer(cfg, tmp_path / "run", data, data[:4], 0.1, 1, path,
                             {"name": "double_well", "params": {}})  # fmt: skip
     assert trainer.val_windows.shape == (7, 4, 2)  # 6 steps, not train.window=4
+    strided = compose_config("train", stage_overrides(path, tmp_path / "run", "train.val_window=3",
+                                                      "train.val_stride=2"))  # fmt: skip
+    strided = validated(strided, "system", "noise", "train")
+    trainer = build_trainer(strided, tmp_path / "run", data, data[:4], 0.1, 1, path,
+                            {"name": "double_well", "params": {}})  # fmt: skip
+    # starts 0, 2 of each of the 4 validation trajectories (6 steps): the same on any seed
+    assert torch.equal(trainer.val_windows, strided_windows(data[:4], 3, 2))
+    assert trainer.val_windows.shape == (4, 8, 2)
     bad = compose_config("train", stage_overrides(path, tmp_path / "run", "train.val_window=5",
                                                   "train.segments=2"))  # fmt: skip
     with pytest.raises(UserError, match=r"train.val_window \(5\) must be a multiple"):
