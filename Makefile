@@ -269,7 +269,8 @@ table-chain: install
 # subsampled to 100 fps, blocks of <= 128 steps, the last 9 s held out as test, three ways: the
 # bobs' positions only (<stem>.h5), the tracked chain (pivot, bob1, bob2; detected) as joint angles
 # with smoothed rates (<stem>_angles.h5), and as its points with smoothed velocities
-# (<stem>_points.h5).
+# (<stem>_points.h5); and run 1 as an encoder would log it (<stem>_encoder.h5: angles and rates
+# with dropped frames).
 # Then: the physical yardstick (benchmarks/real_physical_fit.py: a damped oscillator, coupled
 # damped oscillators, fitted on the training split), the models that apply trained and evaluated
 # into $(REAL_OUT)/<stem>/<model>/seed<k> (the oscillators: $(REAL_MODELS) with
@@ -298,6 +299,10 @@ REAL_POINTS_SEEDS ?= 0
 REAL_EXPERIMENT ?= recording
 REAL_EXPERIMENT2 ?= recording_coupled
 REAL_PEND := ibm_double_pendulum_run1 ibm_double_pendulum_run2
+# the film rewritten as an angle-encoder log (joint angles and rates at 100 frames/s, 1 % of
+# frames dropped: benchmarks/encoder_from_film.py), for want of a public encoder recording
+REAL_ENCODER := ibm_double_pendulum_run1
+ENCODER_UNITS := {t: s, theta1: rad, theta2: rad, omega1: rad/s, omega2: rad/s}
 # $(1): a recording's stem, $(2): its experiment, $(3): models, $(4): seeds: one multirun each of
 # train and evaluate, the runs in $(REAL_OUT)/<stem>/<model>/seed<k>
 define real_runs
@@ -334,12 +339,20 @@ real-data: install
 	  'ingest.units=$(IBM_UNITS)' ingest.max_segment=128 \
 	  'ingest.split={val: 0.15, test: {time: [36.0, 45.0]}}' \
 	  ingest.name=ibm_double_pendulum_run$${run}_points ingest.overwrite=true || exit 1; done
+	$(PY) benchmarks/encoder_from_film.py $(REAL_DIR)/$(REAL_ENCODER).csv \
+	  data/measured/$(REAL_ENCODER)_encoder.csv --overwrite
+	$(PY) -m hnnsym.ingest ingest.source=data/measured/$(REAL_ENCODER)_encoder.csv \
+	  ingest.positions=[theta1,theta2] ingest.velocities=[omega1,omega2] \
+	  ingest.angles=[theta1,theta2] 'ingest.units=$(ENCODER_UNITS)' ingest.max_segment=128 \
+	  'ingest.split={val: 0.15, test: {time: [36.0, 45.0]}}' ingest.overwrite=true
 	$(PY) benchmarks/real_physical_fit.py data/measured/lipson_real_*.h5 $(foreach f,$(REAL_PEND),\
-	  data/measured/$(f).h5 data/measured/$(f)_angles.h5 data/measured/$(f)_points.h5)
+	  data/measured/$(f).h5 data/measured/$(f)_angles.h5 data/measured/$(f)_points.h5) \
+	  data/measured/$(REAL_ENCODER)_encoder.h5
 	$(call real_runs,lipson_real_linear_h_1,$(REAL_EXPERIMENT),$(REAL_MODELS),$(REAL_SEEDS))
 	$(call real_runs,lipson_real_double_linear_h_1,$(REAL_EXPERIMENT2),$(REAL_MODELS),$(REAL_SEEDS))
 	$(foreach f,$(REAL_PEND),$(call real_runs,$(f),recording_positions,potential,0))
 	$(foreach f,$(REAL_PEND),$(call real_runs,$(f)_angles,recording_chain,lagrangian,$(REAL_SEEDS)))
+	$(call real_runs,$(REAL_ENCODER)_encoder,recording_chain,lagrangian,$(REAL_SEEDS))
 	$(foreach f,$(REAL_PEND),$(call real_runs,$(f)_points,recording_points,chnn,$(REAL_POINTS_SEEDS)))
 	$(PY) benchmarks/real_table.py --runs $(REAL_OUT)
 

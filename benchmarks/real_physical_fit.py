@@ -525,7 +525,7 @@ def fit_file(path: Path, asked: list[int] | None) -> dict:
 
 
 def markdown(results: list[dict]) -> str:
-    oscillators = [r for r in results if "skipped" not in r and "chain" not in r]
+    oscillators = [r for r in results if "skipped" not in r and "start" not in r]
     pendulums = [r for r in results if r.get("start") == "two frames"]
     chains = [r for r in results if r.get("start") == "the file's state"]
     lines = [

@@ -190,3 +190,30 @@ def test_the_physical_fit_on_a_recording_in_angles_with_dropped_frames(tmp_path,
     for name, value in zip(("beta", "gamma", "delta", "epsilon", "phi"), truth):
         assert fit["fit"][name] == pytest.approx(value, rel=0.03, abs=0.01), name
     assert fit["mse_angles_h25"] < 1e-3 * fit["mse_angles_h25_constant_velocity"]
+    md = load("real_physical_fit").markdown([fit])
+    assert "oscillators" not in md and "| e | 25 |" in md  # in the pendulum's table only
+
+
+def test_a_film_rewritten_as_an_encoder_log(tmp_path):
+    """benchmarks/encoder_from_film.py: the joint angles (wrapped) and smoothed rates of a
+    jittery film at 100 frames/s, 1 % of the frames dropped; never over an existing log."""
+    from tests.filmed_pendulum import DT, rods, tracked
+
+    t, theta, omega = rods(6.0)
+    film = tmp_path / "film.csv"
+    tracked(theta, jitter=1.0).to_csv(film, header=False, index=False)
+    out = tmp_path / "log.csv"
+    encoder = load("encoder_from_film")
+    assert encoder.main([str(film), str(out)]) == 0
+    log = np.loadtxt(out, delimiter=",", skiprows=1)
+    kept = np.rint(log[:, 0] / DT).astype(int)  # film frames
+    assert (kept % 4 == 0).all() and len(log) == len(t[::4]) - round(0.01 * len(t[::4]))
+    assert np.abs(log[:, 1:3]).max() <= np.pi
+    wrapped_error = np.angle(np.exp(1j * (log[:, 1:3] - theta[kept])))
+    # the film's own angles, unsmoothed: 1 px of jitter on points 300 and 200 px apart
+    assert np.sqrt((wrapped_error**2).mean()) < 0.01 and np.abs(wrapped_error).max() < 0.05
+    rate_error = log[:, 3:] - omega[kept]
+    assert np.sqrt((rate_error**2).mean()) < 0.05 * np.sqrt((omega**2).mean())
+    before = out.read_bytes()
+    assert encoder.main([str(film), str(out), "--drop", "0.5"]) == 2
+    assert out.read_bytes() == before
