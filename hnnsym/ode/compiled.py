@@ -17,8 +17,10 @@ seen. Inputs that share memory are cloned first.
 Inductor's FX graph cache and AOT autograd cache live on disk, in ``$HNNSYM_COMPILE_CACHE`` or,
 when unset, ``$TORCHINDUCTOR_CACHE_DIR`` or ``~/.cache/hnnsym/inductor`` (``$XDG_CACHE_HOME``
 respected): only a machine's first run pays the full compile. Where compilation fails (no C
-compiler, an unsupported platform, a ``torch._dynamo`` error) one line is logged, once per
-process, and every later solve runs eagerly (``sweeps`` returns None).
+compiler, an unsupported platform, a ``torch._dynamo`` error, or the backward graph, which is
+compiled on its first use and so is checked by one backward pass on a program's first call in
+grad mode) one line is logged, once per process, and this and every later solve runs eagerly
+(``sweeps`` returns None).
 """
 
 from __future__ import annotations
@@ -176,7 +178,8 @@ def steps(
 
 
 def _call(fn: Callable, integrator, H, y, a, b, c, h: float, n_q: int, k: int):
-    """``fn`` compiled and called, or None (one notice per process) where compilation fails."""
+    """``fn`` compiled and called, or None (one notice per process) where compilation fails,
+    the backward graph's included (``_check_backward``)."""
     if _state["failed"]:
         return None
     try:
@@ -184,12 +187,44 @@ def _call(fn: Callable, integrator, H, y, a, b, c, h: float, n_q: int, k: int):
             _configure_cache()
             _state["configured"] = True
         program = _program(fn, integrator, H, h, n_q, k)
+        inputs = _unaliased(y, a, b, c)
         with warnings.catch_warnings():  # dynamo traces through lru_cache'd constant helpers
             warnings.filterwarnings("ignore", message=".*functools.lru_cache.*")
-            return program(H, *_unaliased(y, a, b, c))
+            if torch.is_grad_enabled() and not getattr(program, "backward_checked", False):
+                _check_backward(program, H, inputs)
+                program.backward_checked = True
+            return program(H, *inputs)
     except Exception as err:  # noqa: BLE001  (any compiler failure: run eagerly)
         _fail(err)
         return None
+
+
+def _check_backward(program: Callable, H, inputs: list[Tensor]) -> None:
+    """One forward and backward pass of ``program`` on stand-ins of ``inputs`` (detached copies
+    that require grad as they do, so the same graph runs). AOT autograd compiles a program's
+    backward only when it first runs, so a compiler that fails there would otherwise fail in
+    the caller's ``backward()``, after the forward it cannot redo. The pass does not keep its
+    graph: inductor's backward may free its buffers as it goes, and then refuses a second pass
+    over one graph. Raises what the compiler raised."""
+    stand_ins = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
+    outputs = [t for t in _tensors(program(H, *stand_ins)) if t.requires_grad]
+    wrt = [t for t in (*stand_ins, *_parameters(H)) if t.requires_grad]
+    if outputs and wrt:
+        total = torch.stack([t.sum() for t in outputs]).sum()
+        torch.autograd.grad(total, wrt, allow_unused=True)
+
+
+def _tensors(value: Any) -> list[Tensor]:
+    """The tensors in nested tuples and lists."""
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _parameters(H: Any) -> list[Tensor]:
+    return list(H.parameters()) if isinstance(H, torch.nn.Module) else []
 
 
 def _unaliased(*tensors: Tensor) -> list[Tensor]:

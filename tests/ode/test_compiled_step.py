@@ -130,6 +130,62 @@ def test_compile_failure_falls_back_to_eager_with_one_notice(monkeypatch, caplog
     assert torch.equal(ys_2, ys_e)
 
 
+def test_a_backward_that_fails_to_compile_falls_back_to_eager_before_the_loss(monkeypatch, caplog):
+    """AOT autograd compiles a program's backward when it first runs: a compiler that fails
+    only there is caught at the program's first call, the solve runs eagerly, and the
+    caller's backward() gets the eager gradients (a forward compiler that passes the graph
+    through, a backward compiler that raises: no inductor, so this is quick)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    def backward_fails(gm, example_inputs):
+        raise RuntimeError("no backward compiler here")
+
+    backend = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm.forward),
+                           bw_compiler=backward_fails)  # fmt: skip
+    monkeypatch.setattr(compiled, "_compile", lambda fn: torch.compile(fn, backend=backend,
+                                                                       fullgraph=True))  # fmt: skip
+    monkeypatch.setattr(compiled, "_programs", compiled.weakref.WeakKeyDictionary())
+    monkeypatch.setitem(compiled._state, "failed", False)
+    with caplog.at_level(logging.WARNING, logger="hnnsym.ode.compiled"):
+        ys_c, g_c, _ = _run(torch.float64, "backprop", True)
+    ys_e, g_e, _ = _run(torch.float64, "backprop", False)
+    notices = [r.getMessage() for r in caplog.records if r.name == "hnnsym.ode.compiled"]
+    assert len(notices) == 1 and "no backward compiler here" in notices[0]
+    assert torch.equal(ys_c, ys_e) and torch.equal(g_c, g_e)
+    assert compiled._state["failed"]
+
+
+def test_a_backward_that_compiles_is_checked_once_per_program(monkeypatch):
+    """With a working backward the check runs on a program's first call in grad mode only, and
+    the compiled solve's gradients are the eager ones."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    calls = []
+
+    def backward(gm, example_inputs):
+        calls.append(1)
+        return make_boxed_func(gm.forward)
+
+    backend = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm.forward),
+                           bw_compiler=backward)  # fmt: skip
+    monkeypatch.setattr(compiled, "_compile", lambda fn: torch.compile(fn, backend=backend,
+                                                                       fullgraph=True))  # fmt: skip
+    monkeypatch.setattr(compiled, "_programs", compiled.weakref.WeakKeyDictionary())
+    monkeypatch.setitem(compiled._state, "failed", False)
+    checks = []
+    check = compiled._check_backward
+    monkeypatch.setattr(compiled, "_check_backward", lambda *a: checks.append(1) or check(*a))
+    ys_c, g_c, _ = _run(torch.float64, "backprop", True)
+    ys_c2, g_c2, _ = _run(torch.float64, "backprop", True)
+    ys_e, g_e, _ = _run(torch.float64, "backprop", False)
+    assert not compiled._state["failed"] and calls
+    assert len(checks) == len(compiled._programs[_problem(torch.float64)[0]])
+    assert (ys_c - ys_e).abs().max() <= 1e-12 and (g_c - g_e).abs().max() <= 1e-10
+    assert torch.equal(g_c, g_c2)
+
+
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv(compiled.CACHE_ENV, str(tmp_path / "mine"))
     assert compiled.cache_dir() == tmp_path / "mine"
