@@ -130,23 +130,29 @@ def test_compile_failure_falls_back_to_eager_with_one_notice(monkeypatch, caplog
     assert torch.equal(ys_2, ys_e)
 
 
-def test_a_backward_that_fails_to_compile_falls_back_to_eager_before_the_loss(monkeypatch, caplog):
-    """AOT autograd compiles a program's backward when it first runs: a compiler that fails
-    only there is caught at the program's first call, the solve runs eagerly, and the
-    caller's backward() gets the eager gradients (a forward compiler that passes the graph
-    through, a backward compiler that raises: no inductor, so this is quick)."""
+def _compile_with_backward(monkeypatch, bw_compiler) -> None:
+    """Programs compiled by AOT autograd with a forward compiler that passes the graph through
+    and ``bw_compiler`` for the backward (no inductor: quick), from a clean slate."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
 
-    def backward_fails(gm, example_inputs):
-        raise RuntimeError("no backward compiler here")
-
     backend = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm.forward),
-                           bw_compiler=backward_fails)  # fmt: skip
+                           bw_compiler=bw_compiler)  # fmt: skip
     monkeypatch.setattr(compiled, "_compile", lambda fn: torch.compile(fn, backend=backend,
                                                                        fullgraph=True))  # fmt: skip
     monkeypatch.setattr(compiled, "_programs", compiled.weakref.WeakKeyDictionary())
     monkeypatch.setitem(compiled._state, "failed", False)
+
+
+def test_a_backward_that_fails_to_compile_falls_back_to_eager_before_the_loss(monkeypatch, caplog):
+    """AOT autograd compiles a program's backward when it first runs: a compiler that fails
+    only there is caught at the program's first call, the solve runs eagerly, and the
+    caller's backward() gets the eager gradients."""
+
+    def backward_fails(gm, example_inputs):
+        raise RuntimeError("no backward compiler here")
+
+    _compile_with_backward(monkeypatch, backward_fails)
     with caplog.at_level(logging.WARNING, logger="hnnsym.ode.compiled"):
         ys_c, g_c, _ = _run(torch.float64, "backprop", True)
     ys_e, g_e, _ = _run(torch.float64, "backprop", False)
@@ -159,7 +165,6 @@ def test_a_backward_that_fails_to_compile_falls_back_to_eager_before_the_loss(mo
 def test_a_backward_that_compiles_is_checked_once_per_program(monkeypatch):
     """With a working backward the check runs on a program's first call in grad mode only, and
     the compiled solve's gradients are the eager ones."""
-    from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
 
     calls = []
@@ -168,12 +173,7 @@ def test_a_backward_that_compiles_is_checked_once_per_program(monkeypatch):
         calls.append(1)
         return make_boxed_func(gm.forward)
 
-    backend = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm.forward),
-                           bw_compiler=backward)  # fmt: skip
-    monkeypatch.setattr(compiled, "_compile", lambda fn: torch.compile(fn, backend=backend,
-                                                                       fullgraph=True))  # fmt: skip
-    monkeypatch.setattr(compiled, "_programs", compiled.weakref.WeakKeyDictionary())
-    monkeypatch.setitem(compiled._state, "failed", False)
+    _compile_with_backward(monkeypatch, backward)
     checks = []
     check = compiled._check_backward
     monkeypatch.setattr(compiled, "_check_backward", lambda *a: checks.append(1) or check(*a))
