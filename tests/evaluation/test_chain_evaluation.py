@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
+from rk4 import rk4_trajectory
 
 from hnnsym.config import CONF_DIR
 from hnnsym.data.chains import recorded_chain
@@ -47,16 +48,7 @@ def damped_double_pendulum(n: int, steps: int, seed: int) -> np.ndarray:
                           s * w1**2 - 10 * np.sin(t2) - 0.1 * w2], -1)  # fmt: skip
         return np.concatenate([y[:, 2:], np.linalg.solve(m, force[..., None])[..., 0]], -1)
 
-    out, h = [y], DT / 4
-    for _ in range(steps):
-        for _ in range(4):
-            k1 = f(y)
-            k2 = f(y + h / 2 * k1)
-            k3 = f(y + h / 2 * k2)
-            k4 = f(y + h * k3)
-            y = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-        out.append(y)
-    return np.stack(out, 1)
+    return rk4_trajectory(f, y, DT / 4, steps, 4)
 
 
 def write_chain_recording(path: Path) -> Path:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from rk4 import rk4_trajectory
 
 import hnnsym
 from hnnsym.data.hdf5 import Split, write_dataset
@@ -34,16 +35,7 @@ def damped_pendulum(n: int, steps: int, seed: int, turns: int = 0) -> np.ndarray
     def f(y):
         return np.stack([y[:, 1], -9 * np.sin(y[:, 0]) - 0.3 * y[:, 1]], -1)
 
-    out, h = [y], DT / 10
-    for _ in range(steps):
-        for _ in range(10):
-            k1 = f(y)
-            k2 = f(y + h / 2 * k1)
-            k3 = f(y + h / 2 * k2)
-            k4 = f(y + h * k3)
-            y = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-        out.append(y)
-    traj = np.stack(out, 1)
+    traj = rk4_trajectory(f, y, DT / 10, steps, 10)
     traj[1::2, :, 0] += 2 * np.pi * turns
     return traj
 
