@@ -52,6 +52,9 @@ def stage(env, name, *overrides, cwd, check=True, timeout=300):
     return proc
 
 
+UNFINISHED = ("?", "PENDING", "RUNNING", "COMPLETING")  # sacct's states before a job's end
+
+
 def slurm_state(env, job: str) -> str:
     out = subprocess.run(["sacct", "-j", job], env=env, capture_output=True, text=True).stdout
     return dict(line.split("|")[:2] for line in out.splitlines()[1:]).get(job, "?")
@@ -84,6 +87,10 @@ def test_sweep_on_slurm_failed_job_stale_lock_and_results_as_basic(slurm, tmp_pa
     for log in logs:
         said = "".join(p.read_text() for p in log.glob("*_log.*"))
         assert f"JobEnvironment(job_id={log.name}," in said
+    # accounting records a job's end a moment after submitit has read its result
+    for log in (logs[2], logs[0]):
+        wait_for(lambda log=log: slurm_state(slurm, log.name) not in UNFINISHED,
+                 f"the accounting of job {log.name}'s end", timeout=60)  # fmt: skip
     assert slurm_state(slurm, logs[2].name) == "FAILED"
     assert slurm_state(slurm, logs[0].name) == "COMPLETED"
     assert not (run1 / ".lock").exists() and (run1 / "checkpoints" / "best.pt").exists()
