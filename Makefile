@@ -93,8 +93,8 @@ gpu-check: install
 	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
 		$(PY) -m pytest -q tests/ode/test_fixed_point_sweeps.py tests/ode/test_exact_gradients.py \
 			tests/ode/test_compiled_step.py && \
-		$(PY) -m hnnsym.profile device=cuda 'profile.steps=[32,256]' profile.subprocess=false \
-			profile.torchdiffeq=false run_dir=outputs/profile/gpu_check; \
+		$(PY) -m hnnsym.profile experiment=profile_gpu && \
+		$(PY) -m hnnsym.profile experiment=profile_gpu profile.batch=16384 profile.gradient_errors=false; \
 	else echo "gpu-check: skipped, no CUDA device (torch.cuda.is_available() is False)"; fi
 
 # Top-level aten ops per step of the headline workload (outputs/bench/step_ops.csv)

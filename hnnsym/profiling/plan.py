@@ -23,7 +23,16 @@ from hnnsym.ode.integrators import INTEGRATORS, get_integrator
 from hnnsym.physics.systems import System, system_from_config
 
 BACKENDS = ("hnnsym", "torchdiffeq")
-SOLVER_KEYS = ("tol", "max_iter", "predictor", "on_fail")
+# the stage-solver options a method may override, the compiled stage solve (hnnsym.ode.compiled) too
+SOLVER_KEYS = (
+    "tol",
+    "max_iter",
+    "predictor",
+    "on_fail",
+    "compile",
+    "compile_sweeps",
+    "compile_steps",
+)
 TORCHDIFFEQ_GRADIENTS = ("odeint", "odeint_adjoint")
 
 
@@ -33,7 +42,7 @@ class Method:
 
     ``backend="torchdiffeq"``: ``gradient`` is ``odeint`` or ``odeint_adjoint`` and ``integrator``
     a torchdiffeq fixed-step method (``rk4``), with ``step_size = dt``. ``solver`` overrides the
-    integrator group's stage-solver options (tol, max_iter, predictor, on_fail) for this method;
+    integrator group's stage-solver options (SOLVER_KEYS: the compiled stage solve too) for this method;
     ``options`` are the gradient method's own (e.g. ``keep_every`` of the stepwise methods).
     """
 

@@ -179,6 +179,29 @@ def test_gradient_options_reach_the_method_and_the_ratio_tables():
     assert re.search(r"\| sa\s+\|\s+60 \|", memory_part)
 
 
+def test_a_method_may_profile_the_compiled_stage_solve(monkeypatch):
+    """profile.methods[i].solver takes the compiled stage solve's options (compile,
+    compile_steps, compile_sweeps), and make_solver hands them to the integrator."""
+    import hnnsym.profiling.iteration as iteration_module
+
+    entry = {"gradient": "backprop", "solver": {"compile": True, "compile_steps": 8}, "label": "c8"}
+    methods, _ = methods_from_config([entry], "implicit_midpoint", HNN)
+    built = {}
+    real = iteration_module.get_integrator
+
+    def spy(name, **options):
+        built.update(options)
+        return real(name, **options)
+
+    monkeypatch.setattr(iteration_module, "get_integrator", spy)
+    make_solver(methods[0], make_model(HNN, 1, 0), 4, 0.01, {"tol": 1e-6})
+    assert built == {"tol": 1e-6, "compile": True, "compile_steps": 8}
+    with pytest.raises(UserError, match="solver may set only"):
+        methods_from_config(
+            [{"gradient": "backprop", "solver": {"fuse": True}}], "implicit_midpoint", HNN
+        )
+
+
 # ---- the stage end to end ------------------------------------------------------------------------
 def _run(*overrides: str) -> subprocess.CompletedProcess:
     return subprocess.run(
