@@ -192,6 +192,11 @@ class TrainOptions:
     # seed); K, every window starting at 0, K, 2K, ... of each (a long recording cut into a few
     # pieces is then validated on all of it, not on a handful of draws)
     val_stride: int | None = checked(ge(1), nullable=True, default=None)
+    # units of the rollout loss's squared error: stored (the data file's scaled units) or
+    # recording (each state component weighted by the square of its scale, Units.state_scales:
+    # the error in the recording's units, as evaluate scores it; the same as stored on files
+    # without units)
+    loss_units: str = checked(one_of("stored", "recording"), default="stored")
     max_train: int | None = checked(ge(1), nullable=True, default=None)  # the first N trajectories
     max_val: int | None = checked(ge(1), nullable=True, default=None)
     # window start: observed | smoothed (fitted to the window under the model's flow) | learned

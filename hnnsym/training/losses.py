@@ -127,6 +127,14 @@ class LossContext:
     init: str = "observed"
     init_iterations: int = 1
     continuity: float = 0.0
+    # weight of each state component's squared error, (2d,); None: 1 each (the stored units).
+    # train.loss_units=recording sets the squares of the file's state scales (Units.state_scales),
+    # so the loss is the squared error in the recording's units, as evaluate scores it.
+    weights: tuple[float, ...] | None = None
+
+
+# the train option behind a LossContext field whose name is not that option's
+_OPTION_OF_FIELD = {"weights": "loss_units=recording"}
 
 
 @dataclass
@@ -142,6 +150,9 @@ class WindowLoss(Loss, LossContext):
     checkpoint and symplectic_adjoint fold it into their sweeps and hold only their
     ``keep_every`` checkpoints instead of the window's predicted states: the same value and
     gradient to rounding, less memory over long windows.
+
+    ``weights`` (w_i, one per state component): every squared error is Σ_i w_i (ŷ_i − y_i)², the
+    junctions' defects too.
     """
 
     fused: bool = False
@@ -159,6 +170,25 @@ class WindowLoss(Loss, LossContext):
             )
         if not (math.isfinite(self.continuity) and self.continuity >= 0):
             raise ValueError(f"continuity must be finite and >= 0, got {self.continuity}")
+        if self.weights is not None and not all(math.isfinite(w) and w > 0 for w in self.weights):
+            raise ValueError(f"weights must be finite and > 0, got {self.weights}")
+        if self.weights is not None and self.init == "learned":
+            raise ValueError(
+                "init=learned moves its starts by unweighted Gauss–Newton steps; "
+                "train.loss_units=recording takes init=observed or smoothed"
+            )
+        if self.weights is not None and self.fused:
+            raise ValueError(
+                "fused=true takes no per-component weights (train.loss_units=recording); "
+                "leave one of them at its default"
+            )
+
+    def squared_error(self, pred: Tensor, target: Tensor) -> Tensor:
+        """Σ_i w_i (pred_i − target_i)² over the last axis (w_i = 1 without ``weights``)."""
+        error = (pred - target) ** 2
+        if self.weights is not None:
+            error = error * error.new_tensor(self.weights)
+        return error.sum(-1)
 
     def rollout(
         self, model: nn.Module, y0: Tensor, windows: Tensor, gradient
@@ -227,13 +257,13 @@ class WindowLoss(Loss, LossContext):
             value, last, stats = self.fused_value(model, y0, windows, first)
         else:
             pred, stats = self.rollout(model, y0, windows, self.gradient)
-            value = ((pred[first:] - windows[first:]) ** 2).sum(dim=(0, 2)).mean()
+            value = self.squared_error(pred[first:], windows[first:]).sum(0).mean()
             last = pred[-1]
         if first or self.segments == 1:
             return LossValue(value, stats)
         width = y0.shape[-1]
         ends, starts = last.reshape(self.segments, batch, width), y0.reshape(-1, batch, width)
-        defect = ((ends[:-1] - starts[1:]) ** 2).sum(-1)  # (S−1, B): ||d_k||² per junction
+        defect = self.squared_error(ends[:-1], starts[1:])  # (S−1, B): ||d_k||² per junction
         if self.continuity:
             value = value + self.continuity * defect.sum() / (self.segments * batch)
         return LossValue(value, stats, defect.detach().sqrt().mean())
@@ -419,7 +449,7 @@ def build_loss(partial: Callable[..., Loss], context: LossContext) -> Loss:
         if f.name in accepted:
             taken[f.name] = value
         elif f.default is not MISSING and value != f.default:
-            unused.append(f"train.{f.name}={value}")
+            unused.append(f"train.{_OPTION_OF_FIELD.get(f.name, f'{f.name}={value}')}")
     name = getattr(getattr(partial, "func", partial), "__name__", str(partial))
     if unused:
         raise ValueError(f"{', '.join(unused)} applies to losses that integrate, not to {name}")

@@ -206,6 +206,16 @@ def observed_velocities(
         return tuple(mapping.to_velocities(s.to(torch.float64)).to(s.dtype) for s in states)
 
 
+def recording_weights(units: Units, width: int, velocities: bool) -> tuple[float, ...]:
+    """The squares of the scales that take each component of a training window to the
+    recording's units: (a, b) of ``Units.state_scales`` for (q, p) states, and a_i / time for
+    the rates of a model that observes (q, q̇) (``velocities``)."""
+    scales = units.state_scales(width)
+    if velocities and width == 2 * units.dim:
+        scales = np.concatenate([units.q, np.asarray(units.q) / units.time])
+    return tuple(float(s) ** 2 for s in scales)
+
+
 def build_trainer(
     cfg: DictConfig,
     run_dir: Path,
@@ -238,8 +248,15 @@ def build_trainer(
         gradient = build_gradient(cfg.gradient)
     except ValueError as err:
         raise UserError(str(err)) from err
+    weights = None
+    if t.loss_units == "recording":
+        units = Units.from_attrs(attrs or {}, dim)
+        weights = recording_weights(
+            units, trajectories.shape[-1], has(model, ModelCapability.OWN_MOMENTA)
+        )
     context = LossContext(integrator, gradient, obs_dt, int(t.substeps), int(t.segments),
-                          str(t.init), int(t.init_iterations), float(t.continuity))  # fmt: skip
+                          str(t.init), int(t.init_iterations), float(t.continuity),
+                          weights)  # fmt: skip
     loss = build_run_loss(cfg.method, context)
     if t.window < loss.min_window:
         raise UserError(
