@@ -44,7 +44,7 @@ from hnnsym.ode.dynamics import hamiltonian_flow, symplectic_gradient, vector_fi
 log = logging.getLogger(__name__)
 CACHE_ENV = "HNNSYM_COMPILE_CACHE"
 
-_state: dict[str, Any] = {"failed": False, "configured": False}
+_state: dict[str, Any] = {"failed": False, "chunk_failed": False, "configured": False}
 # per H (weakly): {(function, tableau, h, n_q, k, grad mode, H.training): compiled function}
 _programs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _serial = itertools.count()
@@ -138,19 +138,27 @@ def _program(fn: Callable, integrator, H, h: float, n_q: int, k: int) -> Callabl
     its graphs per code object and checks only tensors here."""
     key = (fn.__name__, integrator.tableau, h, n_q, k, torch.is_grad_enabled(),
            getattr(H, "training", None))  # fmt: skip
-    try:
-        programs = _programs.setdefault(H, {})
-    except TypeError:  # H cannot be referenced weakly: not cached across calls (rare)
-        programs = {}
+    programs = _programs_of(H)
     if key not in programs:
 
         def run(H, y, a, b, c):
             return fn(integrator, H, y, a, b, c, h, n_q, k)
 
-        code = run.__code__.replace(co_name=f"{fn.__name__}_{next(_serial)}")
-        fresh = types.FunctionType(code, run.__globals__, code.co_name, None, run.__closure__)
-        programs[key] = _compile(fresh)
+        programs[key] = _compile(_fresh(run, fn.__name__))
     return programs[key]
+
+
+def _programs_of(H) -> dict:
+    try:
+        return _programs.setdefault(H, {})
+    except TypeError:  # H cannot be referenced weakly: not cached across calls (rare)
+        return {}
+
+
+def _fresh(run: Callable, name: str) -> Callable:
+    """A copy of ``run`` with its own code object (dynamo keeps its graphs per code object)."""
+    code = run.__code__.replace(co_name=f"{name}_{next(_serial)}")
+    return types.FunctionType(code, run.__globals__, code.co_name, None, run.__closure__)
 
 
 def _fail(err: BaseException) -> None:
@@ -199,6 +207,42 @@ def _call(fn: Callable, integrator, H, y, a, b, c, h: float, n_q: int, k: int):
         return None
 
 
+def chunk(
+    fn: Callable, integrator, H, Y: Tensor, jumps: Tensor, lam: Tensor, h: float, params: bool
+) -> tuple[Tensor, list[Tensor | None]] | None:
+    """The symplectic adjoint's direct solve over a chunk of steps (``fn``:
+    ``symplectic_adjoint.chunk_adjoint``, no grad mode) compiled for this integrator's tableau,
+    H, h and whether the parameter gradient is wanted: (λ_n, parameter gradients), or None where
+    compilation fails (one notice; this and every later chunk then runs eagerly, the forward's
+    compiled solve unaffected)."""
+    if _state["failed"] or _state["chunk_failed"]:
+        return None
+    try:
+        if not _state["configured"]:
+            _configure_cache()
+            _state["configured"] = True
+        key = ("chunk", integrator.tableau, h, params, torch.is_grad_enabled(),
+               getattr(H, "training", None))  # fmt: skip
+        programs = _programs_of(H)
+        if key not in programs:
+
+            def run(H, Y, jumps, lam):
+                return fn(integrator, H, Y, jumps, lam, h, params)
+
+            programs[key] = _compile(_fresh(run, fn.__name__))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*functools.lru_cache.*")
+            return programs[key](H, *_unaliased(Y, jumps, lam))
+    except Exception as err:  # noqa: BLE001  (any compiler failure: run eagerly)
+        _state["chunk_failed"] = True
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        log.warning(
+            "the symplectic adjoint's backward could not be compiled (%s: %s); it runs eagerly",
+            type(err).__name__, first,
+        )  # fmt: skip
+        return None
+
+
 def _check_backward(program: Callable, H, inputs: list[Tensor]) -> None:
     """One forward and backward pass of ``program`` on stand-ins of ``inputs`` (detached copies
     that require grad as they do, so the same graph runs). AOT autograd compiles a program's
@@ -242,4 +286,4 @@ def _unaliased(*tensors: Tensor) -> list[Tensor]:
 def reset() -> None:
     """Forget the compiled functions and any failure (tests; a changed compiler setting)."""
     _programs.clear()
-    _state.update(failed=False)
+    _state.update(failed=False, chunk_failed=False)

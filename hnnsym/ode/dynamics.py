@@ -118,7 +118,7 @@ class FieldLinearization:
 
     def __init__(self, H: Hamiltonian, y: Tensor, params: list[Tensor]):
         self.params, self._H = params, H
-        closed = has(H, Capability.ENERGY_LINEARIZATION) and hamiltonian_flow(H)
+        closed = self.closed_form(H)
         with torch.no_grad():
             self._closed = H.energy_linearization(y) if closed else None
             if self._closed is not None:  # rows of J⁻¹∇²H: [∂²H/∂p∂y, −∂²H/∂q∂y]
@@ -137,6 +137,12 @@ class FieldLinearization:
                 for e in eye
             ]
         self.jacobian = torch.stack(rows, -2)
+
+    @staticmethod
+    def closed_form(H: Hamiltonian) -> bool:
+        """Whether H declares the closed-form linearisation that this class uses for f = J⁻¹∇H
+        (``ENERGY_LINEARIZATION``; H may still return None for an activation without one)."""
+        return has(H, Capability.ENERGY_LINEARIZATION) and hamiltonian_flow(H)
 
     def param_vjp(self, mu: Tensor) -> list[Tensor | None]:
         """Σ_m μ_mᵀ ∂f(y_m)/∂θ for each of ``params`` (None where f does not depend on it)."""

@@ -301,8 +301,11 @@ class MLPLinearization:
     The Hessian is that product for ν = each unit vector (``hessian=False``: not computed; the
     backward of ``_MLPGradient`` uses the rest). Nothing here records a graph."""
 
-    @torch.no_grad()
     def __init__(self, net: nn.Sequential, x: Tensor, hessian: bool = True, curvature: bool = True):
+        with torch.no_grad():  # a block, not a decorator: torch.compile traces it (compiled.chunk)
+            self._build(net, x, hessian, curvature)
+
+    def _build(self, net: nn.Sequential, x: Tensor, hessian: bool, curvature: bool) -> None:
         layers = list(net)
         linears = layers[0:-1:2]
         self.weights = [lin.weight for lin in linears]
@@ -385,12 +388,12 @@ class MLPLinearization:
             grads += [weight, rs[i].sum(0)]
         return [*grads, a_dots[-1].sum(0, keepdim=True), None]
 
-    @torch.no_grad()
     def directional_gradient_vjp(self, nu: Tensor) -> list[Tensor | None]:
         """∂/∂θ Σ_m ν_m·∇H(x_m) for each of the net's ``parameters()``, in order (None for the
         output bias, on which ∇H does not depend)."""
-        z_dots, a_dots = self._tangent(nu)
-        return self._parameter_gradients(a_dots, self._back(z_dots))
+        with torch.no_grad():
+            z_dots, a_dots = self._tangent(nu)
+            return self._parameter_gradients(a_dots, self._back(z_dots))
 
 
 def periodic_indices(periodic: Sequence[int] | None, dim: int) -> tuple[int, ...]:
@@ -470,20 +473,21 @@ class PeriodicLinearization:
     rule: with g = ∇ₑnet and E = ∂e/∂x, ∇²H = Eᵀ ∇ₑ²net E + diag(Σ_k g_k ∂²e_k/∂x_i²), and
     ∂/∂θ Σ ν·∇H = ∂/∂θ Σ (Eν)·∇ₑnet (E does not depend on θ)."""
 
-    @torch.no_grad()
     def __init__(self, net: nn.Sequential, inputs: PeriodicInputs, x: Tensor):
         self.inputs, self.x = inputs, x
-        self.inner = MLPLinearization(net, inputs(x))
-        grad = self.inner.chain[0] @ self.inner.weights[0]  # ∇ₑnet (M, n + k)
-        E = inputs.jacobian(x)
-        self.hessian = E.mT @ self.inner.hessian @ E + torch.diag_embed(inputs.curvature(x, grad))
+        with torch.no_grad():
+            self.inner = MLPLinearization(net, inputs(x))
+            grad = self.inner.chain[0] @ self.inner.weights[0]  # ∇ₑnet (M, n + k)
+            E = inputs.jacobian(x)
+            curvature = torch.diag_embed(inputs.curvature(x, grad))
+            self.hessian = E.mT @ self.inner.hessian @ E + curvature
 
     def kept(self) -> list[Tensor]:
         return [*self.inner.kept(), self.x, self.hessian]
 
-    @torch.no_grad()
     def directional_gradient_vjp(self, nu: Tensor) -> list[Tensor | None]:
-        return self.inner.directional_gradient_vjp(self.inputs.tangent(self.x, nu))
+        with torch.no_grad():
+            return self.inner.directional_gradient_vjp(self.inputs.tangent(self.x, nu))
 
 
 def has_closed_gradient(net: nn.Sequential) -> bool:
@@ -529,8 +533,10 @@ class HNN(nn.Module):
         ``parameters()``), in closed form (None for an activation without one): what the
         symplectic adjoint's direct solve needs. None too for a subclass with parameters of its
         own (the damping of ``DissipativeHNN``), whose list would not be the net's."""
-        own = next(self.parameters(recurse=False), None) is not None
-        if own or [n for n, _ in self.named_children()] != ["net"]:
+        # read from the module's own dicts (not its generators), so that a compiled program
+        # (hnnsym.ode.compiled.chunk) traces these checks
+        own = any(p is not None for p in self._parameters.values())
+        if own or list(self._modules) != ["net"]:
             return None
         if not has_closed_gradient(self.net):
             return None

@@ -1,7 +1,7 @@
 """The compiled stage solve (``RungeKutta(compile=True)``, ``hnnsym.ode.compiled``) against the
 eager one: the same states to rounding (float32, float64), the same gradients to 1e-10 in float64
-for backprop and symplectic_adjoint, the same sweep counts; and the eager fallback with its
-one-line notice where compilation fails.
+for backprop and symplectic_adjoint (whose backward's direct solve is compiled too), the same
+sweep counts; and the eager fallback with its one-line notice where compilation fails.
 
 Compile time is the cost here: tiny shapes (B = 4, 6 steps), and each compiled graph (one per
 dtype, grad mode and chunk size) is reused by every test that needs it. The graphs land in the
@@ -117,6 +117,7 @@ def test_compile_failure_falls_back_to_eager_with_one_notice(monkeypatch, caplog
     monkeypatch.setattr(compiled, "_compile", broken)
     monkeypatch.setattr(compiled, "_programs", compiled.weakref.WeakKeyDictionary())
     monkeypatch.setitem(compiled._state, "failed", False)
+    monkeypatch.setitem(compiled._state, "chunk_failed", False)
     with caplog.at_level(logging.WARNING, logger="hnnsym.ode.compiled"):
         ys_1, g_1, _ = _run(torch.float64, "backprop", True)
         ys_2, g_2, _ = _run(torch.float64, "symplectic_adjoint", True, chunk=3)
@@ -128,6 +129,69 @@ def test_compile_failure_falls_back_to_eager_with_one_notice(monkeypatch, caplog
     assert "\n" not in notices[0].getMessage()
     assert torch.equal(ys_1, ys_e) and torch.equal(g_1, g_e)
     assert torch.equal(ys_2, ys_e)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("periodic", "chunk", "chunks"), [((), 4, 2), ((0,), 8, 1)])
+def test_the_symplectic_adjoints_chunks_run_compiled_and_exact(
+    device, periodic, chunk, chunks, monkeypatch
+):
+    """With a compiled integrator the symplectic adjoint's direct solve runs as compiled
+    programs too (``compiled.chunk``; 6 steps in chunks of 4 and 2, or in one), for the MLP's
+    closed form and its periodic-input form, and the float64 gradients equal eager ones to
+    1e-10."""
+    import hnnsym.ode.gradients.symplectic_adjoint as sa
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = HNN(1, periodic=list(periodic)).to(dtype=torch.float64, device=device)
+    y0 = torch.randn(B, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    y0 = y0.to(device)
+    calls = []
+
+    def spy(*args):
+        out = compiled.chunk(*args)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(sa, "compiled_chunk", spy)
+    gradient = get_gradient("symplectic_adjoint", chunk=chunk)
+    grads = {}
+    for compile_ in (True, False):
+        integ = get_integrator("implicit_midpoint", compile=compile_)
+        sol = solve(model, y0, H_STEP, STEPS, integ, gradient)
+        g = torch.autograd.grad((sol.ys**2).sum(), list(model.parameters()), allow_unused=True)
+        grads[compile_] = torch.cat([x.ravel() for x in g if x is not None])
+    assert calls == [True] * chunks  # none in the eager run
+    assert grads[False].abs().max() > 0
+    assert (grads[True] - grads[False]).abs().max() <= 1e-10 * grads[False].abs().max()
+
+
+def test_a_chunk_that_fails_to_compile_runs_eagerly_and_keeps_the_compiled_forward(
+    monkeypatch, caplog
+):
+    """A compiler failure in the adjoint's chunk gives its own one-line notice; the chunk runs
+    eagerly (the same gradient), and the forward's compiled solve stays on."""
+    real = compiled._compile
+
+    def broken_chunks(fn):
+        if "chunk_adjoint" in fn.__name__:
+            raise RuntimeError("cannot compile this chunk\nsecond line")
+        return real(fn)
+
+    monkeypatch.setattr(compiled, "_compile", broken_chunks)
+    monkeypatch.setattr(compiled, "_programs", compiled.weakref.WeakKeyDictionary())
+    monkeypatch.setitem(compiled._state, "failed", False)
+    monkeypatch.setitem(compiled._state, "chunk_failed", False)
+    with caplog.at_level(logging.WARNING, logger="hnnsym.ode.compiled"):
+        ys_c, g_c, _ = _run(torch.float64, "symplectic_adjoint", True)
+    ys_e, g_e, _ = _run(torch.float64, "symplectic_adjoint", False)
+    notices = [r.getMessage() for r in caplog.records if r.name == "hnnsym.ode.compiled"]
+    assert len(notices) == 1 and "symplectic adjoint's backward" in notices[0], notices
+    assert "cannot compile this chunk" in notices[0] and "\n" not in notices[0]
+    assert not compiled._state["failed"] and compiled._state["chunk_failed"]
+    assert (g_c - g_e).abs().max() <= 1e-10 * g_e.abs().max()
+    assert (ys_c - ys_e).abs().max() <= 1e-13
 
 
 def _compile_with_backward(monkeypatch, bw_compiler) -> None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from hnnsym.ode.compiled import chunk as compiled_chunk
 from hnnsym.ode.dynamics import FieldLinearization
 from hnnsym.ode.gradients.base import StepwiseAdjoint, accumulate
 from hnnsym.ode.integrators.stage_solver import FixedPoint
@@ -105,46 +106,24 @@ class SymplecticAdjoint(StepwiseAdjoint):
         self, problem: Problem, states: Tensor, jumps: Tensor, lam: Tensor, params: list[Tensor],
         start: int, grads: list[Tensor | None],
     ) -> Tensor:  # fmt: skip
-        """The steps of ``states`` (c+1, B, n) at once: see the module doc (``adjoint_solve``)."""
-        integ, h = problem.integrator, problem.h
-        tab = integ.tableau
+        """The steps of ``states`` (c+1, B, n) at once: see the module doc (``adjoint_solve``).
+        With an integrator built with ``compile=True`` and H's closed-form linearisation, the
+        linear algebra after the stage states runs as one compiled program (``compiled.chunk``)."""
         c, B, dim = states.shape[0] - 1, states.shape[1], states.shape[2]
-        n_q = dim // 2
         y, y_next = states[:-1].reshape(c * B, dim), states[1:].reshape(c * B, dim)
         Y = _stage_states(problem, y, y_next, f"at steps {start}..{start + c - 1}")
-        s = Y.shape[0]
-        a_q, b_q, a_p, b_p = tab.coefficients(y.dtype, y.device)
-        # per component m: A[i, j, m] = a_q or a_p [i][j], b[i, m] = b_q or b_p [i]
-        A = torch.cat(
-            [a_q[..., None].expand(s, s, n_q), a_p[..., None].expand(s, s, dim - n_q)], -1
-        )
-        b = torch.cat([b_q[:, None].expand(s, n_q), b_p[:, None].expand(s, dim - n_q)], -1)
-        field = FieldLinearization(problem.H, Y.reshape(s * c * B, dim), params)
-        D = field.jacobian.reshape(s, c, B, dim, dim)  # D[i, t, b, k, m] = ∂f_k/∂y_m
-        eye = torch.eye(dim, dtype=y.dtype, device=y.device)
-        # (I − h P) μ = h (b ⊗ λ) per step; row (j, m), column (i, k): h A[i, j, m] D_i[k, m].
-        # The matrices do not depend on λ: μ = G λ with G = (I − h P)⁻¹ h (b ⊗ I), and
-        # λ_n = λ + Σ_i Df(Y_i)ᵀ μ_i = R λ with R = I + Dᵀ G, all the chunk's steps at once.
-        P = torch.einsum("ijm,itbkm->tbjmik", A, D).reshape(c, B, s * dim, s * dim)
-        M = torch.eye(s * dim, dtype=y.dtype, device=y.device) - h * P
-        hb = (h * b).reshape(s * dim, 1) * eye.repeat(s, 1)  # (s·dim, dim)
-        if s * dim == 2:  # one stage, d = 1 (implicit midpoint on a 1-DOF system): Cramer's rule
-            G = _inverse_2x2(M) @ hb
-        else:
-            LU, pivots = torch.linalg.lu_factor(M)
-            G = torch.linalg.lu_solve(LU, pivots, hb.expand(c, B, s * dim, dim))
-        DT = D.permute(1, 2, 0, 3, 4).reshape(c, B, s * dim, dim)  # [t, b, (i, k), m]
-        R = torch.baddbmm(eye, DT.transpose(-1, -2).reshape(c * B, dim, s * dim),
-                          G.reshape(c * B, s * dim, dim)).view(c, B, dim, dim)  # fmt: skip
-        lams = torch.empty(c, B, dim, 1, dtype=y.dtype, device=y.device)  # λ_{n+1} per step
-        lam = lam.unsqueeze(-1)
-        for t in reversed(range(c)):  # λ_n = R λ_{n+1}, then the loss's own jump
-            lams[t] = lam
-            lam = torch.baddbmm(jumps[t].unsqueeze(-1), R[t], lam)
+        integ, H = problem.integrator, problem.H
+        if getattr(integ, "compile", False) and FieldLinearization.closed_form(H):
+            out = compiled_chunk(chunk_adjoint, integ, H, Y, jumps, lam, problem.h, bool(params))
+            if out is not None:
+                lam, param_grads = out
+                if params:
+                    accumulate(grads, param_grads)
+                return lam
+        lam, param_grads = chunk_adjoint(integ, H, Y, jumps, lam, problem.h, params)
         if params:
-            mus = (G @ lams).view(c, B, s, dim).permute(2, 0, 1, 3).reshape(s * c * B, dim)
-            accumulate(grads, field.param_vjp(mus))
-        return lam.squeeze(-1)
+            accumulate(grads, param_grads)
+        return lam
 
     def step_vjp(
         self, problem: Problem, y: Tensor, y_next: Tensor, lam: Tensor, params: list[Tensor], n: int
@@ -183,6 +162,52 @@ class SymplecticAdjoint(StepwiseAdjoint):
             grads = torch.autograd.grad(F, [Y_, *params], mu.reshape(s * B, dim), allow_unused=True)
         # (∂F/∂y)ᵀ μ = Σ_i Df(Y_i)ᵀ μ_i
         return lam + grads[0].reshape(s, B, dim).sum(0), list(grads[1:])
+
+
+def chunk_adjoint(
+    integrator, H, Y: Tensor, jumps: Tensor, lam: Tensor, h: float, params: list[Tensor] | bool
+) -> tuple[Tensor, list[Tensor | None]]:
+    """λ_n and the parameter gradient of c steps from their stage states Y (s, c·B, n), the
+    loss's jumps (c, B, n) and λ = dL/dy at the last state (B, n) (module doc, direct solve).
+    ``params``: the trainable parameters (a truthy value in the compiled program, where H's
+    closed form gives the gradients of all of them); falsy: no parameter gradient."""
+    tab = integrator.tableau
+    s, c, dim = Y.shape[0], jumps.shape[0], Y.shape[-1]
+    B, n_q = Y.shape[1] // c, dim // 2
+    a_q, b_q, a_p, b_p = tab.coefficients(Y.dtype, Y.device)
+    # per component m: A[i, j, m] = a_q or a_p [i][j], b[i, m] = b_q or b_p [i]
+    A = torch.cat([a_q[..., None].expand(s, s, n_q), a_p[..., None].expand(s, s, dim - n_q)], -1)
+    b = torch.cat([b_q[:, None].expand(s, n_q), b_p[:, None].expand(s, dim - n_q)], -1)
+    field = FieldLinearization(
+        H, Y.reshape(s * c * B, dim), params if isinstance(params, list) else []
+    )
+    D = field.jacobian.reshape(s, c, B, dim, dim)  # D[i, t, b, k, m] = ∂f_k/∂y_m
+    eye = torch.eye(dim, dtype=Y.dtype, device=Y.device)
+    # (I − h P) μ = h (b ⊗ λ) per step; row (j, m), column (i, k): h A[i, j, m] D_i[k, m].
+    # The matrices do not depend on λ: μ = G λ with G = (I − h P)⁻¹ h (b ⊗ I), and
+    # λ_n = λ + Σ_i Df(Y_i)ᵀ μ_i = R λ with R = I + Dᵀ G, all the chunk's steps at once.
+    P = torch.einsum("ijm,itbkm->tbjmik", A, D).reshape(c, B, s * dim, s * dim)
+    M = torch.eye(s * dim, dtype=Y.dtype, device=Y.device) - h * P
+    hb = (h * b).reshape(s * dim, 1) * eye.repeat(s, 1)  # (s·dim, dim)
+    if s * dim == 2:  # one stage, d = 1 (implicit midpoint on a 1-DOF system): Cramer's rule
+        G = _inverse_2x2(M) @ hb
+    else:
+        LU, pivots = torch.linalg.lu_factor(M)
+        G = torch.linalg.lu_solve(LU, pivots, hb.expand(c, B, s * dim, dim))
+    DT = D.permute(1, 2, 0, 3, 4).reshape(c, B, s * dim, dim)  # [t, b, (i, k), m]
+    R = torch.baddbmm(eye, DT.transpose(-1, -2).reshape(c * B, dim, s * dim),
+                      G.reshape(c * B, s * dim, dim)).view(c, B, dim, dim)  # fmt: skip
+    lams = []  # λ_{n+1} per step, last step first
+    lam = lam.unsqueeze(-1)
+    for t in reversed(range(c)):  # λ_n = R λ_{n+1}, then the loss's own jump
+        lams.append(lam)
+        lam = torch.baddbmm(jumps[t].unsqueeze(-1), R[t], lam)
+    param_grads: list[Tensor | None] = []
+    if params:
+        lams_in_order = torch.stack(lams[::-1])  # (c, B, n, 1)
+        mus = (G @ lams_in_order).view(c, B, s, dim).permute(2, 0, 1, 3).reshape(s * c * B, dim)
+        param_grads = field.param_vjp(mus)
+    return lam.squeeze(-1), param_grads
 
 
 def _inverse_2x2(M: Tensor) -> Tensor:
