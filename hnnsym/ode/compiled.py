@@ -2,6 +2,9 @@
 sweeps K <- F(K, y) of the stage equations and the max-norm change of each sweep, traced by
 ``torch.compile`` (inductor, static shapes, one graph) so that the host reads convergence once per
 k sweeps. Used by ``RungeKutta`` built with ``compile=True`` (config ``integrator.compile=true``).
+With such an integrator the symplectic adjoint's backward compiles its direct solve over a chunk
+of steps as well (``chunk``: H's closed-form linearisation, the adjoint matrices and the chunk's
+λ recursion and parameter gradient, one program per chunk length).
 
 In grad mode f = J⁻¹∇H takes ∇H inside the graph by ``torch.func.grad`` of H (a hand-written
 backward such as that of the MLP Hamiltonians' ``energy_gradient`` cannot be traced), which equals
