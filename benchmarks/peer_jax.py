@@ -21,7 +21,10 @@ hnnsym runs in a worker process per tree (this one, and the tree of ``--before``
 worktree when given) and JAX in this process, all interleaved round by round so that the
 machine's load hits every side alike. JAX's compile time (its first call less a timed call) is
 reported apart, and so is hnnsym's (wall time of the first call less a timed call): cold, in the
-worker that fills a fresh compile cache, and warm, in a second process reading that cache. Writes ``peer.csv`` (one row per round, side, method and step count),
+worker that fills a fresh compile cache, and warm, in a second process reading that cache.
+Each implementation's rate is also set against one core's float32 matmul peak (``matmul_peak``),
+by one FLOP count per step count (``iteration_flops``). Writes ``peer.csv`` (one row per round,
+side, method and step count),
 ``peer.md`` (median ratios) and ``peer.png`` into ``--out`` (default outputs/bench/peer).
 Needs the ``peer`` extra: ``pip install -e '.[peer]'`` (jax[cpu], equinox, diffrax).
 """
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -208,6 +212,31 @@ def agreement(steps: int) -> dict:
     return out
 
 
+def iteration_flops(steps: int) -> int:
+    """The matrix-product FLOPs of one iteration, counted by ``torch.utils.flop_counter`` on
+    hnnsym's eager backprop (mm, addmm, bmm: the network's layers forward and backward, every
+    fixed-point sweep included): the one count every implementation's time is set against."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    run = _hnnsym_iteration("backprop", steps)
+    with FlopCounterMode(display=False) as counter:
+        run()
+    return int(counter.get_total_flops())
+
+
+def matmul_peak(n: int = 512, repeats: int = 20) -> float:
+    """One thread's float32 matrix-product rate, FLOP/s: the best of ``repeats`` n×n products."""
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    best = math.inf
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
+
+
 def time_jax(fn, args, repeats: int) -> float:
     import jax
 
@@ -259,10 +288,13 @@ def main() -> None:
             subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
             trees[f"hnnsym@{args.before}"] = before
         rows, compile_s, agree, hnnsym_compile = _measure(args, trees, Path(tmp) / "cache")
+    peak = matmul_peak()
+    flops = {steps: iteration_flops(steps) for steps in args.steps}
     args.out.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame(rows)
     df.to_csv(args.out / "peer.csv", index=False)
     md = _table(df, compile_s, agree, trees, args, hnnsym_compile)
+    md += _peak_share(df, flops, peak, args)
     write_text(args.out / "peer.md", md)
     _plot(df, args.out / "peer.png")
     print(md)
@@ -400,6 +432,30 @@ def _table(df, compile_s: dict, agree: dict, trees: dict, args, hnnsym_compile: 
     for steps, a in agree.items():
         lines.append(f"- {steps} steps: trajectory {a['trajectory']:.1e}, gradient " + ", ".join(
             f"{m} {a[m]:.1e}" for m in METHODS))  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _peak_share(df, flops: dict, peak: float, args) -> str:
+    """Each implementation's matrix-product FLOPs per second (one count per step count, from
+    ``iteration_flops``) as a share of one core's measured float32 matmul rate."""
+    lines = [
+        "",
+        f"Share of one core's float32 matmul peak ({peak / 1e9:.0f} GFLOP/s: the best of 20 "
+        "512×512 products, one thread), by one FLOP count per step count (hnnsym's eager "
+        "backprop, matrix products only: " + ", ".join(
+            f"{s} steps {flops[s] / 1e6:.0f} MFLOP" for s in args.steps) + "), median time over "
+        "rounds:",
+        "",
+        "| implementation | " + " | ".join(f"{s} steps" for s in args.steps) + " |",
+        "|---|" + "---|" * len(args.steps),
+    ]  # fmt: skip
+    for (side, method), sel in df.groupby(["side", "method"], sort=False):
+        cells = []
+        for steps in args.steps:
+            seconds = sel[sel.steps == steps].seconds.median()
+            cells.append(f"{100 * flops[steps] / seconds / peak:.0f} %")
+        name = "JAX" if side == "jax" else f"{side} {method}"
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
