@@ -164,13 +164,13 @@ def _fresh(run: Callable, name: str) -> Callable:
     return types.FunctionType(code, run.__globals__, code.co_name, None, run.__closure__)
 
 
-def _fail(err: BaseException) -> None:
-    _state["failed"] = True
+def _fail(err: BaseException, flag: str = "failed",
+          notice: str = "torch.compile is unavailable here (%s: %s); the stage solver runs eagerly",
+          ) -> None:  # fmt: skip
+    """Set ``_state[flag]`` and log ``notice`` once, with the error's type and first line."""
+    _state[flag] = True
     first = (str(err).strip().splitlines() or [""])[0][:200]
-    log.warning(
-        "torch.compile is unavailable here (%s: %s); the stage solver runs eagerly",
-        type(err).__name__, first,
-    )  # fmt: skip
+    log.warning(notice, type(err).__name__, first)
 
 
 def sweeps(
@@ -237,12 +237,8 @@ def chunk(
             warnings.filterwarnings("ignore", message=".*functools.lru_cache.*")
             return programs[key](H, *_unaliased(Y, jumps, lam))
     except Exception as err:  # noqa: BLE001  (any compiler failure: run eagerly)
-        _state["chunk_failed"] = True
-        first = (str(err).strip().splitlines() or [""])[0][:200]
-        log.warning(
-            "the symplectic adjoint's backward could not be compiled (%s: %s); it runs eagerly",
-            type(err).__name__, first,
-        )  # fmt: skip
+        _fail(err, "chunk_failed",
+              "the symplectic adjoint's backward could not be compiled (%s: %s); it runs eagerly")  # fmt: skip
         return None
 
 

@@ -19,20 +19,11 @@ from hnnsym.config.runtime import resolve_device, resolve_dtype
 from hnnsym.config.schemas import validated
 from hnnsym.errors import UserError
 from hnnsym.ode.gradients import GRADIENTS, get_gradient
-from hnnsym.ode.integrators import INTEGRATORS, get_integrator
+from hnnsym.ode.integrators import INTEGRATORS, STAGE_OPTIONS, get_integrator
 from hnnsym.physics.systems import System, system_from_config
 
 BACKENDS = ("hnnsym", "torchdiffeq")
-# the stage-solver options a method may override, the compiled stage solve (hnnsym.ode.compiled) too
-SOLVER_KEYS = (
-    "tol",
-    "max_iter",
-    "predictor",
-    "on_fail",
-    "compile",
-    "compile_sweeps",
-    "compile_steps",
-)
+SOLVER_KEYS = STAGE_OPTIONS  # what a method's solver entry may override
 TORCHDIFFEQ_GRADIENTS = ("odeint", "odeint_adjoint")
 
 

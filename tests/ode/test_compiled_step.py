@@ -110,14 +110,20 @@ def test_chunks_stop_at_the_first_converged_sweep():
     assert (ys_c - ys_e).abs().max() <= 1e-13
 
 
+def _compile_with(monkeypatch, compile_fn) -> None:
+    """``compiled._compile`` replaced by ``compile_fn``, from a clean slate: no programs kept and
+    no earlier failure."""
+    monkeypatch.setattr(compiled, "_compile", compile_fn)
+    monkeypatch.setattr(compiled, "_programs", compiled.weakref.WeakKeyDictionary())
+    monkeypatch.setitem(compiled._state, "failed", False)
+    monkeypatch.setitem(compiled._state, "chunk_failed", False)
+
+
 def test_compile_failure_falls_back_to_eager_with_one_notice(monkeypatch, caplog):
     def broken(fn):
         raise RuntimeError("no compiler here\nsecond line")
 
-    monkeypatch.setattr(compiled, "_compile", broken)
-    monkeypatch.setattr(compiled, "_programs", compiled.weakref.WeakKeyDictionary())
-    monkeypatch.setitem(compiled._state, "failed", False)
-    monkeypatch.setitem(compiled._state, "chunk_failed", False)
+    _compile_with(monkeypatch, broken)
     with caplog.at_level(logging.WARNING, logger="hnnsym.ode.compiled"):
         ys_1, g_1, _ = _run(torch.float64, "backprop", True)
         ys_2, g_2, _ = _run(torch.float64, "symplectic_adjoint", True, chunk=3)
@@ -179,10 +185,7 @@ def test_a_chunk_that_fails_to_compile_runs_eagerly_and_keeps_the_compiled_forwa
             raise RuntimeError("cannot compile this chunk\nsecond line")
         return real(fn)
 
-    monkeypatch.setattr(compiled, "_compile", broken_chunks)
-    monkeypatch.setattr(compiled, "_programs", compiled.weakref.WeakKeyDictionary())
-    monkeypatch.setitem(compiled._state, "failed", False)
-    monkeypatch.setitem(compiled._state, "chunk_failed", False)
+    _compile_with(monkeypatch, broken_chunks)
     with caplog.at_level(logging.WARNING, logger="hnnsym.ode.compiled"):
         ys_c, g_c, _ = _run(torch.float64, "symplectic_adjoint", True)
     ys_e, g_e, _ = _run(torch.float64, "symplectic_adjoint", False)
@@ -202,10 +205,7 @@ def _compile_with_backward(monkeypatch, bw_compiler) -> None:
 
     backend = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm.forward),
                            bw_compiler=bw_compiler)  # fmt: skip
-    monkeypatch.setattr(compiled, "_compile", lambda fn: torch.compile(fn, backend=backend,
-                                                                       fullgraph=True))  # fmt: skip
-    monkeypatch.setattr(compiled, "_programs", compiled.weakref.WeakKeyDictionary())
-    monkeypatch.setitem(compiled._state, "failed", False)
+    _compile_with(monkeypatch, lambda fn: torch.compile(fn, backend=backend, fullgraph=True))
 
 
 def test_a_backward_that_fails_to_compile_falls_back_to_eager_before_the_loss(monkeypatch, caplog):

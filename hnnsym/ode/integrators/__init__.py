@@ -96,8 +96,8 @@ def _tableau(name: str) -> Callable[..., RungeKutta]:
     return lambda **options: runge_kutta(name, **options)
 
 
-# name -> (factory, the options it takes)
-_STAGE_OPTIONS = (
+# the options of a Runge–Kutta tableau's stage solver (RungeKutta's fields besides the tableau)
+STAGE_OPTIONS = (
     "tol",
     "max_iter",
     "predictor",
@@ -106,8 +106,9 @@ _STAGE_OPTIONS = (
     "compile_sweeps",
     "compile_steps",
 )
+# name -> (factory, the options it takes)
 INTEGRATORS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
-    **{name: (_tableau(name), _STAGE_OPTIONS) for name in TABLEAUX},
+    **{name: (_tableau(name), STAGE_OPTIONS) for name in TABLEAUX},
     TaoSplitting.name: (TaoSplitting, ("omega",)),
     ReversibleLeapfrog.name: (ReversibleLeapfrog, ("frac_bits", "rounding")),
     DiscreteGradientIntegrator.name: (
@@ -171,6 +172,7 @@ __all__ = [
     "DiscreteGradientIntegrator",
     "INTEGRATORS",
     "Previous",
+    "STAGE_OPTIONS",
     "TABLEAUX",
     "FixedPoint",
     "Integrator",
