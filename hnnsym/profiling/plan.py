@@ -33,7 +33,7 @@ class Method:
 
     ``backend="torchdiffeq"``: ``gradient`` is ``odeint`` or ``odeint_adjoint`` and ``integrator``
     a torchdiffeq fixed-step method (``rk4``), with ``step_size = dt``. ``solver`` overrides the
-    integrator group's stage-solver options (SOLVER_KEYS: the compiled stage solve too) for this method;
+    integrator group's stage-solver options (SOLVER_KEYS, the compiled solve's too) for this method;
     ``options`` are the gradient method's own (e.g. ``keep_every`` of the stepwise methods).
     """
 

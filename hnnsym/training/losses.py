@@ -151,8 +151,8 @@ class WindowLoss(Loss, LossContext):
     ``keep_every`` checkpoints instead of the window's predicted states: the same value and
     gradient to rounding, less memory over long windows.
 
-    ``weights`` (w_i, one per state component): every squared error is Σ_i w_i (ŷ_i − y_i)², the
-    junctions' defects too.
+    ``weights`` (w_i, one per state component): every squared error is Σ_i w_i (ŷ_i − y_i)²
+    (not with learned starts, whose Gauss–Newton steps assume unit weights).
     """
 
     fused: bool = False
