@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from hnnsym.config import CONF_DIR
+from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.physics.systems import system_from_config
 from hnnsym.training import losses
@@ -31,6 +32,7 @@ CONF = CONF_DIR
 def main(overrides: list[str]) -> None:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="train", overrides=[*overrides, "train.progress=false"])
+    cfg = validated(cfg, "system", "noise", "train")  # as the train stage: the typed options
     torch.set_num_threads(1)
     system = system_from_config(OmegaConf.to_container(cfg.system, resolve=True))
     data = read_dataset(cfg.data_file, system=system.name, dim=system.dim, splits=("train", "val"))
