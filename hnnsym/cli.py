@@ -4,6 +4,7 @@ that checks the run directory before Hydra makes it and sums up a multirun's fai
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,10 @@ def exits_cleanly(main: Callable) -> Callable:
 
     @functools.wraps(main)
     def wrapped(*args, **kwargs):
+        # a log record that cannot be written (a full disk, a file-size limit on the run's log)
+        # is dropped instead of printing a traceback per record; the stage's own write of its
+        # artifacts then fails with its one-line error
+        logging.raiseExceptions = debug()
         try:
             return main(*args, **kwargs)
         except (UserError, ConvergenceError) as err:

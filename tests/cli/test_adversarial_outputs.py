@@ -87,6 +87,21 @@ def test_a_write_that_fails_midway_is_one_line_and_leaves_no_temporary(
     assert tree_hashes(trained) == before
 
 
+def test_a_log_that_cannot_be_written_adds_no_traceback(tmp_path):
+    """The run's log already at the file-size limit (as on a full disk): its records are
+    dropped, and the stage still ends with its own one-line error, not a traceback per record.
+    With HNNSYM_DEBUG=1 logging reports them as usual."""
+    log = tmp_path / "outputs/generate/double_well/low/seed0/generate.log"
+    log.parent.mkdir(parents=True)
+    log.write_bytes(b"x" * 20_000)
+    args = [*SYSTEM, *SMALL, "generate.n_train=512", f"data_dir={tmp_path / 'w'}"]
+    proc = run_stage("generate", *args, cwd=tmp_path, preexec_fn=file_size_limit(20_000))
+    assert_one_line_error(proc, "cannot write", "File too large")
+    loud = run_stage("generate", *args, cwd=tmp_path, preexec_fn=file_size_limit(20_000),
+                     env={"HNNSYM_DEBUG": "1"})  # fmt: skip
+    assert "Logging error" in loud.stderr  # the record did fail: the test means something
+
+
 # ---- a user's files ------------------------------------------------------------------------
 def test_evaluate_does_not_write_into_a_users_directory(trained, tmp_path):
     user = tmp_path / "mine"
