@@ -28,6 +28,7 @@ grad mode) one line is logged, once per process, and this and every later solve 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
@@ -35,7 +36,7 @@ import os
 import types
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,21 +135,28 @@ def _compile(fn: Callable) -> Callable:
     )  # fmt: skip
 
 
-def _program(fn: Callable, integrator, H, h: float, n_q: int, k: int) -> Callable:
-    """``fn`` (``_sweeps`` or ``_steps``) compiled for this integrator's tableau (all the graph
-    reads of it), H, h, n_q and k in the current grad mode (and H's training flag):
-    (H, y, a, b, c) -> fn(...). Each is compiled from its own copy of the code, since dynamo keeps
-    its graphs per code object and checks only tensors here."""
-    key = (fn.__name__, integrator.tableau, h, n_q, k, torch.is_grad_enabled(),
-           getattr(H, "training", None))  # fmt: skip
+def _program(H, key: tuple, run: Callable, name: str) -> Callable:
+    """``run`` compiled once per H and ``key`` (everything else the graph reads: the function,
+    the integrator's tableau, h, ...), in the current grad mode and H's training flag. Each is
+    compiled from its own copy of the code (``_fresh``), since dynamo keeps its graphs per code
+    object and checks only tensors here."""
+    key = (*key, torch.is_grad_enabled(), getattr(H, "training", None))
     programs = _programs_of(H)
     if key not in programs:
-
-        def run(H, y, a, b, c):
-            return fn(integrator, H, y, a, b, c, h, n_q, k)
-
-        programs[key] = _compile(_fresh(run, fn.__name__))
+        programs[key] = _compile(_fresh(run, name))
     return programs[key]
+
+
+@contextlib.contextmanager
+def _compiling() -> Iterator[None]:
+    """Inductor's disk caches set up (once per process), and dynamo's warnings about the
+    lru_cache'd constant helpers it traces through silenced."""
+    if not _state["configured"]:
+        _configure_cache()
+        _state["configured"] = True
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*functools.lru_cache.*")
+        yield
 
 
 def _programs_of(H) -> dict:
@@ -194,13 +202,13 @@ def _call(fn: Callable, integrator, H, y, a, b, c, h: float, n_q: int, k: int):
     if _state["failed"]:
         return None
     try:
-        if not _state["configured"]:
-            _configure_cache()
-            _state["configured"] = True
-        program = _program(fn, integrator, H, h, n_q, k)
-        inputs = _unaliased(y, a, b, c)
-        with warnings.catch_warnings():  # dynamo traces through lru_cache'd constant helpers
-            warnings.filterwarnings("ignore", message=".*functools.lru_cache.*")
+        with _compiling():
+            # (H, y, a, b, c) -> fn(...), for this integrator's tableau, h, n_q and k
+            program = _program(
+                H, (fn.__name__, integrator.tableau, h, n_q, k),
+                lambda H, y, a, b, c: fn(integrator, H, y, a, b, c, h, n_q, k), fn.__name__,
+            )  # fmt: skip
+            inputs = _unaliased(y, a, b, c)
             if torch.is_grad_enabled() and not getattr(program, "backward_checked", False):
                 _check_backward(program, H, inputs)
                 program.backward_checked = True
@@ -221,21 +229,12 @@ def chunk(
     if _state["failed"] or _state["chunk_failed"]:
         return None
     try:
-        if not _state["configured"]:
-            _configure_cache()
-            _state["configured"] = True
-        key = ("chunk", integrator.tableau, h, params, torch.is_grad_enabled(),
-               getattr(H, "training", None))  # fmt: skip
-        programs = _programs_of(H)
-        if key not in programs:
-
-            def run(H, Y, jumps, lam):
-                return fn(integrator, H, Y, jumps, lam, h, params)
-
-            programs[key] = _compile(_fresh(run, fn.__name__))
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*functools.lru_cache.*")
-            return programs[key](H, *_unaliased(Y, jumps, lam))
+        with _compiling():
+            program = _program(
+                H, (fn.__name__, integrator.tableau, h, params),
+                lambda H, Y, jumps, lam: fn(integrator, H, Y, jumps, lam, h, params), fn.__name__,
+            )  # fmt: skip
+            return program(H, *_unaliased(Y, jumps, lam))
     except Exception as err:  # noqa: BLE001  (any compiler failure: run eagerly)
         _fail(err, "chunk_failed",
               "the symplectic adjoint's backward could not be compiled (%s: %s); it runs eagerly")  # fmt: skip

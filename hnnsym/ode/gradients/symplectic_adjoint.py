@@ -113,14 +113,12 @@ class SymplecticAdjoint(StepwiseAdjoint):
         y, y_next = states[:-1].reshape(c * B, dim), states[1:].reshape(c * B, dim)
         Y = _stage_states(problem, y, y_next, f"at steps {start}..{start + c - 1}")
         integ, H = problem.integrator, problem.H
+        out = None  # compiled, where it can be; else (or where compilation fails) eagerly
         if getattr(integ, "compile", False) and FieldLinearization.closed_form(H):
             out = compiled_chunk(chunk_adjoint, integ, H, Y, jumps, lam, problem.h, bool(params))
-            if out is not None:
-                lam, param_grads = out
-                if params:
-                    accumulate(grads, param_grads)
-                return lam
-        lam, param_grads = chunk_adjoint(integ, H, Y, jumps, lam, problem.h, params)
+        if out is None:
+            out = chunk_adjoint(integ, H, Y, jumps, lam, problem.h, params)
+        lam, param_grads = out
         if params:
             accumulate(grads, param_grads)
         return lam
