@@ -259,7 +259,11 @@ def mlp_gradient(net: nn.Sequential, x: Tensor) -> Tensor:
     """∇ₓ of a scalar MLP built by ``mlp`` (n_in -> ... -> 1) in closed form: (..., n_in).
 
     Equal to ``autograd.grad`` of the network to rounding. With a graph it is one node
-    (``_MLPGradient``), differentiable with respect to x and the weights, twice as well."""
+    (``_MLPGradient``), differentiable with respect to x and the weights, twice as well. A net
+    without hidden layers (``mlp(n, [])``, H = w·x + b) has ∇H = w at every x; x stays in its
+    graph with a zero derivative, for callers that differentiate by x."""
+    if len(net) == 1:
+        return torch.add(x.mul(0), net[0].weight[0])
     if torch.is_grad_enabled():
         params = _gradient_parameters(net)
         if x.requires_grad or any(p.requires_grad for p in params):
@@ -538,7 +542,7 @@ class HNN(nn.Module):
         own = any(p is not None for p in self._parameters.values())
         if own or list(self._modules) != ["net"]:
             return None
-        if not has_closed_gradient(self.net):
+        if not has_closed_gradient(self.net) or len(self.net) == 1:  # an affine H: autograd
             return None
         if self.periodic:
             return PeriodicLinearization(self.net, self.inputs, y)

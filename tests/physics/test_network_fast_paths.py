@@ -101,3 +101,20 @@ def test_mlp_gradient_node_equals_autograds_double_backward(activation):
                 assert a is None
             else:
                 torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_mlp_gradient_of_a_net_without_hidden_layers_is_its_weight_at_every_x():
+    """``mlp(n, [])`` is affine (the potential of a uniform field over points): ∇H = w at every x,
+    with autograd's first and second derivatives (zero in x, ν summed for the weight)."""
+    torch.manual_seed(2)
+    net = mlp(4, [], "tanh").double()
+    x = torch.randn(5, 3, 4, dtype=torch.float64, requires_grad=True)
+    g = mlp_gradient(net, x)
+    ref = torch.autograd.grad(net(x).sum(), x, create_graph=True)[0]
+    assert g.shape == x.shape and torch.equal(g, ref.detach())
+    v = torch.randn_like(x)
+    by_x, by_w = torch.autograd.grad((g * v).sum(), [x, net[0].weight])
+    assert torch.equal(by_x, torch.zeros_like(x))
+    torch.testing.assert_close(by_w, v.sum((0, 1))[None], rtol=1e-14, atol=0)
+    with torch.no_grad():
+        assert torch.equal(mlp_gradient(net, x), ref.detach())
