@@ -286,17 +286,18 @@ def test_recomputing_methods_continue_the_compiled_run(gradient):
 
 @pytest.mark.parametrize("gradient", ["backprop", "symplectic_adjoint"])
 def test_chunks_of_steps_equal_eager(gradient, monkeypatch):
-    """compile_steps = 3: once three steps are known, three steps of one sweep each per program;
-    a step whose sweep did not converge is stepped again alone. The same states, sweep counts and
-    gradients (float64)."""
+    """compile_steps = 3: once three steps are known, three steps of one sweep each per program,
+    the run's last two as one program of two; a step whose sweep did not converge is stepped
+    again alone. The same states, sweep counts and gradients (float64)."""
     from hnnsym.ode.integrators.stage_solver import RungeKutta
 
-    kept = []
+    kept, lengths = [], []
     original = RungeKutta._steps_compiled
 
     def spy(self, *args):
         states, stages = original(self, *args)
         kept.append(len(states))
+        lengths.append(args[-1])
         return states, stages
 
     monkeypatch.setattr(RungeKutta, "_steps_compiled", spy)
@@ -306,12 +307,13 @@ def test_chunks_of_steps_equal_eager(gradient, monkeypatch):
         results = []
         for options in ({"compile": True, "compile_steps": 3}, {}):
             integ = get_integrator("implicit_midpoint", tol=tol, **options)
-            sol = solve(model, y0, H_STEP, 12, integ, gradient)
+            sol = solve(model, y0, H_STEP, 14, integ, gradient)
             grads = torch.autograd.grad((sol.ys**2).sum(), params, allow_unused=True)
             flat = torch.cat([g.ravel() for g in grads if g is not None])
             results.append((sol.ys.detach(), flat, sol.stats))
         (ys_c, g_c, stats_c), (ys_e, g_e, stats_e) = results
-        assert stats_c.iterations == stats_e.iterations and stats_c.steps == stats_e.steps == 12
+        assert stats_c.iterations == stats_e.iterations and stats_c.steps == stats_e.steps == 14
         assert (ys_c - ys_e).abs().max() <= 1e-13
         assert (g_c - g_e).abs().max() <= 1e-10 * g_e.abs().max()
     assert 3 in kept and any(k < 3 for k in kept)  # chunks kept whole, and some cut short
+    assert 2 in lengths  # 3 + 3 · 3 + 2 steps: the last two as one program

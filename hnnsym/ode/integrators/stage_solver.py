@@ -160,7 +160,8 @@ class RungeKutta:
     program (``hnnsym.ode.compiled``), read back once per chunk of sweeps; chunks follow until a
     sweep meets the tolerance, and the first such iterate is the result, as in ``FixedPoint``.
     ``compile_steps`` = m > 1 (with "extrapolate"): once three steps are known, m steps of one
-    sweep each run as one program with one read-back; the leading steps whose sweep met the
+    sweep each run as one program with one read-back (the run's last r < m steps as one program
+    of r steps: one more compiled program per such r); the leading steps whose sweep met the
     tolerance are kept, the first that did not is stepped again alone. A run recomputed from a
     kept state (checkpoint, keep_every) then meets the chunks at other steps, so it equals the
     first run to rounding, not bit for bit. Eager where compilation is unavailable."""
@@ -231,13 +232,14 @@ class RungeKutta:
             chunk = 1
         n = start
         while n < end:
-            if chunk > 1 and len(previous) == 3 and end - n >= chunk:
-                states, stages = self._steps_compiled(problem, y, n, previous, chunk)
+            m = min(chunk, end - n)  # the run's last steps: one shorter program
+            if m > 1 and len(previous) == 3:
+                states, stages = self._steps_compiled(problem, y, n, previous, m)
                 out += states
                 previous = (*previous, *stages)[-3:]
                 n += len(states)
                 y = out[-1] if out else y
-                if len(states) == chunk:
+                if len(states) == m:
                     continue
             if n >= end:
                 break
