@@ -227,3 +227,25 @@ def test_other_integrators_and_exact_gradient_methods(integrator, gradient) -> N
         assert (a is None) == (b is None)
         if b is not None:
             assert float((a - b).abs().max()) < 1e-10
+
+
+def test_without_hidden_layers_the_potential_is_a_uniform_fields_and_exact_for_the_rods() -> None:
+    """``hidden=[]`` (experiment=recording_chain): V is linear in (cos θ, sin θ), i.e. in the
+    chain's points; with the weights of the rods' gravity the field is the compound pendulum's."""
+    model = chain_model(embedding_form(), damping="constant", hidden=())
+    assert len(model.potential_net) == 1  # one linear layer
+    rng = np.random.default_rng(4)
+    th = torch.as_tensor(rng.uniform(-4, 4, (64, 2)))
+    features = model.inputs(th)
+    target = -(torch.as_tensor(GRAVITY).to(th) * torch.cos(th)).sum(-1)
+    w = torch.linalg.lstsq(features, target[:, None]).solution[:, 0]
+    with torch.no_grad():
+        model.potential_net[0].weight.copy_(w[None])
+        model.potential_net[0].bias.zero_()
+        model.potential_linear.weight.zero_()
+        model.damping_factor.copy_(torch.linalg.cholesky(torch.as_tensor(FRICTION)))
+    torch.testing.assert_close(model.potential(th), target, rtol=0, atol=1e-12)
+    obs = np.concatenate([rng.uniform(-4, 4, (64, 2)), rng.normal(0, 2, (64, 2))], -1)
+    y = model.to_state(torch.as_tensor(obs[:, :2]), torch.as_tensor(obs[:, 2:]))
+    np.testing.assert_allclose(model.vector_field(y).detach().numpy(), rods_field(obs),
+                               rtol=1e-10, atol=1e-10)  # fmt: skip
