@@ -281,9 +281,9 @@ table-chain: install
 # seeds $(REAL_POINTS_SEEDS)), and one table of
 # the models against the baselines (no motion, constant velocity, linear) and the physical fit:
 # outputs/bench/real/real_table.{csv,md} (docs/guide/recordings.md, "Results on real recordings").
-# Wall time on 2 CPU cores: the nine recording_chain runs dominate (231-873 s each measured, with
-# two to four runs sharing the cores), then the 12 oscillator runs (27-67 s each), the two CHNN
-# runs (248-303 s) and the rest (about 5 min).
+# Wall time on 2 CPU cores: 61 min measured for the whole target. The nine recording_chain runs
+# dominate (216-438 s of training each, the mean per file), then the 12 oscillator runs (12-80 s),
+# the two CHNN runs (about 105 s) and the rest.
 # the folder holding the four recordings (REAL_DIR=<folder>)
 REAL_DIR ?= ../shared/data/real
 IBM_NAMES := [x0,y0,x1,y1,x2,y2]
