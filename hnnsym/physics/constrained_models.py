@@ -225,7 +225,7 @@ class _CartesianBodies(nn.Module):
         """∇H_θ = [∇V_θ(x), M_θ⁻¹p] in closed form."""
         x, p = y[..., : self.dim], y[..., self.dim :]
         v = inverse_mass_times(self.inverse_mass(), p)
-        return torch.cat([self.potential_gradient(x).expand_as(v), v], -1)  # V linear: (1, n)
+        return torch.cat([self.potential_gradient(x), v], -1)
 
     def joint_friction(self) -> Tensor:
         """C_f = L Lᵀ (m, m), positive semi-definite: the Rayleigh form of the links' angular
