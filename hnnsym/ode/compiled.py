@@ -6,11 +6,11 @@ With such an integrator the symplectic adjoint's backward compiles its direct so
 of steps as well (``chunk``: H's closed-form linearisation, the adjoint matrices and the chunk's
 λ recursion and parameter gradient, one program per chunk length).
 
-In grad mode f = J⁻¹∇H takes ∇H inside the graph by ``torch.func.grad`` of H (a hand-written
-backward such as that of the MLP Hamiltonians' ``energy_gradient`` cannot be traced), which equals
-the eager field to rounding; without grad mode (the stepwise adjoints' forward, rollouts) the eager
-field itself is traced, closed forms and all (measured faster, and half the compile time, than
-``torch.func.grad`` there). A model with a field of its own (``OWN_FIELD``) is traced as it is.
+f is the eager field traced, closed forms and all: the MLP Hamiltonians' ∇H as plain
+feature-major ops (``mlp_gradient``; its hand-written backward is for eager code), whose backward
+AOT autograd derives; only an H without a closed-form ∇H takes it by ``torch.func.grad`` in grad
+mode. Either equals the eager field to rounding. A model with a field of its own (``OWN_FIELD``)
+is traced as it is.
 
 Each compiled function belongs to one H, tableau, h and grad mode, and dynamo checks only its
 tensors on each call (dtype, device, shape, strides, requires_grad; another shape compiles another
@@ -43,6 +43,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from hnnsym.ode.capabilities import Capability, has
 from hnnsym.ode.dynamics import hamiltonian_flow, symplectic_gradient, vector_field
 
 log = logging.getLogger(__name__)
@@ -80,12 +81,18 @@ def _configure_cache() -> None:
 
 
 def _field(H: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
-    """f(y) as traceable ops: in grad mode J⁻¹ ∇H with ∇H by ``torch.func.grad`` (or H's own
-    field), else ``vector_field`` as eager code runs it."""
+    """f(y) as traceable ops: ``vector_field`` as eager code runs it, H's closed-form ∇H included
+    (traced as plain ops: ``mlp_gradient``); in grad mode, for an H without a closed form
+    (``energy_gradient`` absent or None), J⁻¹ ∇H with ∇H by ``torch.func.grad``."""
     if not hamiltonian_flow(H) or not torch.is_grad_enabled():
         return lambda y: vector_field(H, y)
     grad = torch.func.grad(lambda x: H(x).sum())
-    return lambda y: symplectic_gradient(grad(y))
+
+    def field(y: Tensor) -> Tensor:
+        closed = H.energy_gradient(y) if has(H, Capability.ENERGY_GRADIENT) else None
+        return symplectic_gradient(grad(y) if closed is None else closed)
+
+    return field
 
 
 def _sweeps(integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float, n_q: int,

@@ -36,6 +36,9 @@ class Sin(nn.Module):
 ACTIVATIONS = {"tanh": nn.Tanh, "softplus": nn.Softplus, "sin": Sin, "gelu": nn.GELU}
 
 
+NARROW = 4  # products with at most this many output columns run transposed (_narrow_product)
+
+
 def mlp(
     n_in: int, hidden: Sequence[int], activation: str = "tanh", n_out: int = 1
 ) -> nn.Sequential:
@@ -244,6 +247,13 @@ class _MLPGradient(torch.autograd.Function):
         return (None, grad_x, *(g if need else None for g, need in zip(grads, needs[1:])))
 
 
+def _narrow_product(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b for a (M, k) and b (k, n): with few columns n <= ``NARROW`` computed as (bᵀ aᵀ)ᵀ, a
+    transposed view, so that the product runs along the long dimension M (on one CPU core 2–5x
+    faster at n = 2 and M = 512 to 4096)."""
+    return (b.t() @ a.t()).t() if b.shape[1] <= NARROW else a @ b
+
+
 def _tanh_completed(
     weights: Sequence[Tensor], x: Tensor, outputs: Sequence[Tensor], chain: Sequence[Tensor]
 ) -> MLPLinearization:
@@ -264,11 +274,36 @@ def mlp_gradient(net: nn.Sequential, x: Tensor) -> Tensor:
     graph with a zero derivative, for callers that differentiate by x."""
     if len(net) == 1:
         return torch.add(x.mul(0), net[0].weight[0])
+    if torch.compiler.is_compiling():
+        return _gradient_feature_major(net, x)
     if torch.is_grad_enabled():
         params = _gradient_parameters(net)
         if x.requires_grad or any(p.requires_grad for p in params):
             return _MLPGradient.apply(net, x, *params)
     return _gradient_values(net, x)
+
+
+def _gradient_feature_major(net: nn.Sequential, x: Tensor) -> Tensor:
+    """``mlp_gradient`` as plain ops, for a compiled program (``hnnsym.ode.compiled``), which
+    derives their backward itself. The activations are kept feature-major, (width, M) with
+    z_i = W_i a_{i−1} + b_i, so that every product runs along the long batch dimension M: on one
+    CPU core the products with the narrow input layer (n_in rows) are then 3–4x faster than
+    row-major, and the headline training iteration about 10 % faster. tanh as 2σ(2z) − 1, as in
+    the eager path (``_tanh_and_slope``)."""
+    layers = list(net)
+    h, slopes = _rows(x).t(), []
+    for linear, act in zip(layers[0:-1:2], layers[1::2]):
+        z = torch.addmm(linear.bias[:, None], linear.weight, h)
+        if isinstance(act, nn.Tanh):
+            h = torch.sigmoid(2 * z) * 2 - 1
+            slopes.append(1 - h * h)
+        else:
+            h = act(z)
+            slopes.append(_activation_derivative(act)(z, h))
+    g = layers[-1].weight.t()  # (width, 1): broadcasts over the batch
+    for i in reversed(range(len(slopes))):
+        g = layers[2 * i].weight.t() @ (g * slopes[i])
+    return g.t().reshape(x.shape)
 
 
 def _activation_second_derivative(act: nn.Module) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
@@ -340,7 +375,7 @@ class MLPLinearization:
             columns = []  # slower on CPU)
             for e in torch.eye(x.shape[-1], dtype=x.dtype, device=x.device):
                 z_dots, _ = self._tangent(e.expand_as(x))
-                columns.append(self._back(z_dots)[0] @ self.weights[0])
+                columns.append(_narrow_product(self._back(z_dots)[0], self.weights[0]))
             self.hessian = torch.stack(columns, -1)  # symmetric: [m, k, l] = [m, l, k]
 
     @classmethod
@@ -388,7 +423,13 @@ class MLPLinearization:
         net's ``parameters()`` (None for the output bias)."""
         grads: list[Tensor | None] = []
         for i in range(len(self.weights)):
-            weight = torch.addmm(torch.mm(self.chain[i].t(), a_dots[i]), rs[i].t(), self.inputs[i])
+            if self.weights[i].shape[1] <= NARROW:  # (s_i u_i) ȧ_{i−1}ᵀ + r_i a_{i−1}ᵀ, transposed
+                weight = torch.addmm(torch.mm(a_dots[i].t(), self.chain[i]), self.inputs[i].t(),
+                                     rs[i]).t()  # fmt: skip
+            else:
+                weight = torch.addmm(
+                    torch.mm(self.chain[i].t(), a_dots[i]), rs[i].t(), self.inputs[i]
+                )  # fmt: skip
             grads += [weight, rs[i].sum(0)]
         return [*grads, a_dots[-1].sum(0, keepdim=True), None]
 
