@@ -95,13 +95,18 @@ def _field(H: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
     return field
 
 
-def _sweeps(integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float, n_q: int,
+def _sweeps(integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: int,
             k: int) -> tuple[list[Tensor], Tensor]:  # fmt: skip
-    """From the guess K₀ = a + 3 (c − b) (the "extrapolate" predictor over the last three steps'
-    stages a, b, c, oldest first; b = c = 0 passes a guess through exactly): the iterates
-    K₁ … K_k (s, B, n) each and max|K_j − K_{j−1}| of each sweep, (k,)."""
+    """From the first guess K₀, the iterates K₁ … K_k (s, B, n) each and max|K_j − K_{j−1}| of
+    each sweep, (k,). ``guess``: the last three steps' stages (a, b, c), oldest first, for the
+    "extrapolate" predictor K₀ = a + 3 (c − b) (b = c = 0 passes a guess through exactly), or
+    () for the slope of explicit RK2, K₀ = f(y + h/2 f(y)) in every stage (a run's first step)."""
     f = _field(H)
-    K = torch.add(a, c - b, alpha=3)
+    if guess:
+        a, b, c = guess
+        K = torch.add(a, c - b, alpha=3)
+    else:
+        K = f(y + 0.5 * h * f(y)).unsqueeze(0).expand(integrator.tableau.stages, *y.shape)
     iterates, changes = [], []
     for _ in range(k):
         new = integrator.stage_equations(f, y, K, h, n_q)
@@ -111,13 +116,14 @@ def _sweeps(integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float,
     return iterates, torch.stack(changes)
 
 
-def _steps(integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float, n_q: int,
+def _steps(integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: int,
            m: int) -> tuple[list[Tensor], list[Tensor], Tensor]:  # fmt: skip
     """m steps from y, one sweep each from the "extrapolate" guess over the last three steps'
-    stages a, b, c (oldest first): the states y_1 … y_m (B, n), the stages K_1 … K_m (s, B, n)
+    stages ``guess`` = (a, b, c), oldest first: the states y_1 … y_m (B, n), the stages K_1 … K_m (s, B, n)
     and max|K_j − K_j⁰| of each step's sweep, (m,). A step whose sweep did not meet the
     tolerance makes it and the steps after it void (the caller steps it again)."""
     f = _field(H)
+    a, b, c = guess
     states, stages, changes = [], [], []
     for _ in range(m):
         guess = torch.add(a, c - b, alpha=3)
@@ -189,33 +195,35 @@ def _fail(err: BaseException, flag: str = "failed",
 
 
 def sweeps(
-    integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float, n_q: int, k: int
+    integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: int, k: int
 ) -> tuple[list[Tensor], Tensor] | None:
     """``_sweeps`` compiled (see there), or None where compilation is unavailable: the caller then
     runs the eager solver. Differentiable when grad mode is on (AOT autograd's backward)."""
-    return _call(_sweeps, integrator, H, y, a, b, c, h, n_q, k)
+    return _call(_sweeps, integrator, H, y, guess, h, n_q, k)
 
 
 def steps(
-    integrator, H, y: Tensor, a: Tensor, b: Tensor, c: Tensor, h: float, n_q: int, m: int
+    integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: int, m: int
 ) -> tuple[list[Tensor], list[Tensor], Tensor] | None:
     """``_steps`` compiled (see there), or None where compilation is unavailable."""
-    return _call(_steps, integrator, H, y, a, b, c, h, n_q, m)
+    return _call(_steps, integrator, H, y, guess, h, n_q, m)
 
 
-def _call(fn: Callable, integrator, H, y, a, b, c, h: float, n_q: int, k: int):
+def _call(fn: Callable, integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: int,
+          k: int):  # fmt: skip
     """``fn`` compiled and called, or None (one notice per process) where compilation fails,
-    the backward graph's included (``_check_backward``)."""
+    the backward graph's included (``_check_backward``). One program per number of guess
+    tensors as well."""
     if _state["failed"]:
         return None
     try:
         with _compiling():
-            # (H, y, a, b, c) -> fn(...), for this integrator's tableau, h, n_q and k
+            # (H, y, *guess) -> fn(...), for this integrator's tableau, h, n_q and k
             program = _program(
-                H, (fn.__name__, integrator.tableau, h, n_q, k),
-                lambda H, y, a, b, c: fn(integrator, H, y, a, b, c, h, n_q, k), fn.__name__,
+                H, (fn.__name__, integrator.tableau, h, n_q, k, len(guess)),
+                lambda H, y, *guess: fn(integrator, H, y, guess, h, n_q, k), fn.__name__,
             )  # fmt: skip
-            inputs = _unaliased(y, a, b, c)
+            inputs = _unaliased(y, *guess)
             if torch.is_grad_enabled() and not getattr(program, "backward_checked", False):
                 _check_backward(program, H, inputs)
                 program.backward_checked = True

@@ -317,3 +317,37 @@ def test_chunks_of_steps_equal_eager(gradient, monkeypatch):
         assert (g_c - g_e).abs().max() <= 1e-10 * g_e.abs().max()
     assert 3 in kept and any(k < 3 for k in kept)  # chunks kept whole, and some cut short
     assert 2 in lengths  # 3 + 3 · 3 + 2 steps: the last two as one program
+
+
+@pytest.mark.parametrize("predictor", ["rk2", "extrapolate"])
+def test_the_rk2_guess_is_taken_inside_the_program(predictor, monkeypatch):
+    """A step predicted by RK2 (every step with ``predictor="rk2"``, the first of a run with
+    "extrapolate") takes the guess inside the compiled program, not by eager field evaluations
+    before it; states, sweep counts and gradients equal eager (float64)."""
+    from hnnsym.ode.integrators.stage_solver import RungeKutta
+
+    eager_guesses = []
+    original = RungeKutta._predict
+
+    def spy(self, *args):
+        eager_guesses.append(self.compile)
+        return original(self, *args)
+
+    monkeypatch.setattr(RungeKutta, "_predict", spy)
+    model, y0 = _problem(torch.float64)
+    params = [p for p in model.parameters() if p.requires_grad]
+    results = []
+    for compile_ in (True, False):
+        integ = get_integrator("implicit_midpoint", predictor=predictor, compile=compile_)
+        sol = solve(model, y0, H_STEP, STEPS, integ, "backprop")
+        grads = torch.autograd.grad((sol.ys**2).sum(), params, allow_unused=True)
+        flat = torch.cat([g.ravel() for g in grads if g is not None])
+        results.append((sol.ys.detach(), flat, sol.stats))
+    (ys_c, g_c, stats_c), (ys_e, g_e, stats_e) = results
+    assert stats_c.iterations == stats_e.iterations
+    assert (ys_c - ys_e).abs().max() <= 1e-13
+    assert (g_c - g_e).abs().max() <= 1e-10 * g_e.abs().max()
+    # eager guesses: none for rk2 when compiled; with "extrapolate" only the constant and
+    # linear extrapolations of steps 2 and 3 (the first step's RK2 runs in the program)
+    assert eager_guesses.count(True) == (0 if predictor == "rk2" else 2)
+    assert eager_guesses.count(False) == STEPS

@@ -265,7 +265,7 @@ class RungeKutta:
         sweep met the tolerance (a step that did not, and the steps after it, are dropped and
         stepped again by the caller). Nothing where compilation is unavailable."""
         self._fill_caches()
-        got = compiled_steps(self, problem.H, y, *previous, problem.h, y.shape[-1] // 2, m)
+        got = compiled_steps(self, problem.H, y, previous, problem.h, y.shape[-1] // 2, m)
         if got is None:
             return [], []
         states, stages, changes = got
@@ -368,6 +368,8 @@ class RungeKutta:
         if self.compile and H is not None:
             if self.predictor == "extrapolate" and len(previous) == 3:
                 K = self._solve_compiled(f, H, y, h, n_q, tuple(previous), stats, where)
+            elif self._predicts_rk2(guess, previous):  # RK2 inside the program
+                K = self._solve_compiled(f, H, y, h, n_q, (), stats, where)
             else:
                 K0 = self._predict(f, y, h, guess, previous).contiguous()
                 zero = torch.zeros_like(K0)
@@ -378,6 +380,12 @@ class RungeKutta:
             lambda K: self.stage_equations(f, y, K, h, n_q),
             self._predict(f, y, h, guess, previous), abs(h), stats, where,
         )  # fmt: skip
+
+    def _predicts_rk2(self, guess: Tensor | None, previous: Sequence[Tensor]) -> bool:
+        """Whether ``_predict`` takes the slope of explicit RK2."""
+        if self.predictor == "extrapolate" and previous:
+            return False
+        return guess is None and self.predictor != "euler"
 
     def _predict(
         self, f: Field, y: Tensor, h: float, guess: Tensor | None, previous: Sequence[Tensor]
@@ -397,18 +405,19 @@ class RungeKutta:
         return K0
 
     def _solve_compiled(
-        self, f: Field, H, y: Tensor, h: float, n_q: int, guess: tuple[Tensor, Tensor, Tensor],
+        self, f: Field, H, y: Tensor, h: float, n_q: int, guess: tuple[Tensor, ...],
         stats: SolverStats | None, where: str,
     ) -> Tensor | None:  # fmt: skip
         """The stages by compiled chunks of ``compile_sweeps`` sweeps from the predictor over
-        ``guess`` (``compiled.sweeps``), one read-back per chunk; the first iterate with
-        |h| max|ΔK| <= tol, as ``FixedPoint.iterate``. None where compilation is unavailable."""
+        ``guess`` (``compiled.sweeps``: three steps' stages, or () for RK2), one read-back per
+        chunk; the first iterate with |h| max|ΔK| <= tol, as ``FixedPoint.iterate``. None where
+        compilation is unavailable."""
         solver, k = self.solver, self.compile_sweeps
         tol = solver.tolerance(y.dtype)
         self._fill_caches()
         done, residual, K = 0, float("inf"), None
         while done < solver.max_iter:
-            out = compiled_sweeps(self, H, y, *guess, h, n_q, k)
+            out = compiled_sweeps(self, H, y, guess, h, n_q, k)
             if out is None:  # compilation unavailable; after a chunk: carry on eagerly from K
                 if not done:
                     return None
