@@ -301,8 +301,9 @@ def main() -> None:
 
 
 def _methods(side: str, args) -> list[str]:
-    """The method labels a side runs: compiled ones on this tree only."""
-    if side != "hnnsym" or args.no_compiled:
+    """The method labels a side runs (each hnnsym tree: eager and compiled; the tree of
+    ``--before`` must know ``integrator.compile_steps``, unless ``--no-compiled``)."""
+    if args.no_compiled:
         return list(METHODS)
     return [*METHODS, *(m + suffix for suffix in COMPILED for m in METHODS)]
 

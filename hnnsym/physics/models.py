@@ -373,8 +373,9 @@ class MLPLinearization:
             return
         if hessian:  # ∇²H e_k for each unit vector e_k, one at a time (stacking them measured
             columns = []  # slower on CPU)
-            for e in torch.eye(x.shape[-1], dtype=x.dtype, device=x.device):
-                z_dots, _ = self._tangent(e.expand_as(x))
+            for k in range(x.shape[-1]):  # ż_1 = W_1 e_k: a column of W_1, no product
+                column = self.weights[0][:, k].expand(x.shape[0], -1).contiguous()
+                z_dots, _ = self._tangent(None, column)
                 columns.append(_narrow_product(self._back(z_dots)[0], self.weights[0]))
             self.hessian = torch.stack(columns, -1)  # symmetric: [m, k, l] = [m, l, k]
 
@@ -397,12 +398,15 @@ class MLPLinearization:
         """The tensors this object holds (for memory meters)."""
         return [*self.inputs, *self.slopes, *self.ucurv, *self.chain, self.hessian]
 
-    def _tangent(self, nu: Tensor) -> tuple[list[Tensor], list[Tensor]]:
-        """(ż_i, ȧ_{i−1}) for i = 1..L, and ȧ_L, of tangents ν (M, n)."""
+    def _tangent(
+        self, nu: Tensor | None, z_dot: Tensor | None = None
+    ) -> tuple[list[Tensor], list[Tensor | None]]:
+        """(ż_i, ȧ_{i−1}) for i = 1..L, and ȧ_L, of tangents ν (M, n); ``z_dot``: ż_1 = W_1 ν
+        itself, given in place of ν (then ȧ_0 is None)."""
         z_dots, a_dots, a_dot = [], [], nu
         for weight, s in zip(self.weights, self.slopes):
             a_dots.append(a_dot)
-            z_dots.append(F.linear(a_dot, weight))
+            z_dots.append(z_dot if z_dot is not None and not z_dots else F.linear(a_dot, weight))
             a_dot = s * z_dots[-1]
         a_dots.append(a_dot)
         return z_dots, a_dots
