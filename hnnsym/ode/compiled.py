@@ -117,11 +117,12 @@ def _sweeps(integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: 
 
 
 def _steps(integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: int,
-           m: int) -> tuple[list[Tensor], list[Tensor], Tensor]:  # fmt: skip
+           m: int) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """m steps from y, one sweep each from the "extrapolate" guess over the last three steps'
-    stages ``guess`` = (a, b, c), oldest first: the states y_1 … y_m (B, n), the stages
-    K_1 … K_m (s, B, n) and max|K_j − K_j⁰| of each step's sweep, (m,). A step whose sweep did
-    not meet the tolerance makes it and the steps after it void (the caller steps it again)."""
+    stages ``guess`` = (a, b, c), oldest first: the states y_1 … y_m stacked, (m, B, n), the
+    stages K_1 … K_m, (m, s, B, n), and max|K_j − K_j⁰| of each step's sweep, (m,). A step whose
+    sweep did not meet the tolerance makes it and the steps after it void (the caller steps it
+    again)."""
     f = _field(H)
     a, b, c = guess
     states, stages, changes = [], [], []
@@ -133,7 +134,7 @@ def _steps(integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: i
         states.append(y)
         stages.append(K)
         a, b, c = b, c, K
-    return states, stages, torch.stack(changes)
+    return torch.stack(states), torch.stack(stages), torch.stack(changes)
 
 
 def _compile(fn: Callable) -> Callable:
@@ -206,7 +207,7 @@ def sweeps(
 
 def steps(
     integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: int, m: int
-) -> tuple[list[Tensor], list[Tensor], Tensor] | None:
+) -> tuple[Tensor, Tensor, Tensor] | None:
     """``_steps`` compiled (see there), or None where compilation is unavailable."""
     return _call(_steps, integrator, H, y, guess, h, n_q, m)
 

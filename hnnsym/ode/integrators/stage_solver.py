@@ -277,7 +277,11 @@ class RungeKutta:
             conclude("fixed-point iteration", 1, residual, tol, f"at step {n + j}",
                      self.solver.on_fail, problem.stats)  # fmt: skip
             taken += 1
-        return states[:taken], stages[:taken]
+        if taken == 0:
+            return [], []
+        # the program returns stacked tensors (three outputs for AOT autograd's runtime to wrap,
+        # not 2m + 1); the kept steps as views
+        return list(states[:taken].unbind(0)), list(stages[:taken].unbind(0))
 
     def trajectory(self, problem: Problem, y0: Tensor) -> Tensor:
         """All states (steps+1, B, 2d), with a graph if grad mode is on."""
