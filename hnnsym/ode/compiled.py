@@ -100,13 +100,14 @@ def _sweeps(integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: 
     """From the first guess K₀, the iterates K₁ … K_k (s, B, n) each and max|K_j − K_{j−1}| of
     each sweep, (k,). ``guess``: the last three steps' stages (a, b, c), oldest first, for the
     "extrapolate" predictor K₀ = a + 3 (c − b) (b = c = 0 passes a guess through exactly), or
-    () for the slope of explicit RK2, K₀ = f(y + h/2 f(y)) in every stage (a run's first step)."""
+    () for the integrator's own guess without history (``RungeKutta._predict``: the slope of
+    explicit RK2 in every stage, as on a run's first step)."""
     f = _field(H)
     if guess:
         a, b, c = guess
         K = torch.add(a, c - b, alpha=3)
     else:
-        K = f(y + 0.5 * h * f(y)).unsqueeze(0).expand(integrator.tableau.stages, *y.shape)
+        K = integrator._predict(f, y, h, None, ())
     iterates, changes = [], []
     for _ in range(k):
         new = integrator.stage_equations(f, y, K, h, n_q)

@@ -277,8 +277,6 @@ class RungeKutta:
             conclude("fixed-point iteration", 1, residual, tol, f"at step {n + j}",
                      self.solver.on_fail, problem.stats)  # fmt: skip
             taken += 1
-        if taken == 0:
-            return [], []
         # the program returns stacked tensors (three outputs for AOT autograd's runtime to wrap,
         # not 2m + 1); the kept steps as views
         return list(states[:taken].unbind(0)), list(stages[:taken].unbind(0))
