@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -55,6 +56,19 @@ def tmp(data_root: Path, tmp_path: Path) -> Path:
     dst.parent.mkdir(parents=True)
     dst.write_bytes(src.read_bytes())
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def trained_run(data_root: Path) -> Path:
+    """A 1-epoch run of the module's dataset (TINY_TRAIN), read-only: tests take a copy."""
+    proc = cli("train", data_root, *TINY_TRAIN, "train.epochs=1", run="trained")
+    assert proc.returncode == 0, proc.stderr
+    return data_root / "trained"
+
+
+def copy_run(trained_run: Path, tmp: Path, run: str = "run") -> Path:
+    """``tmp/<run>``: a copy of the module's 1-epoch run, as if trained there."""
+    return Path(shutil.copytree(trained_run, tmp / run))
 
 
 def data_file(tmp: Path) -> Path:
@@ -143,8 +157,8 @@ def test_unwritable_run_dir(tmp):
     assert_one_line_error(proc, "cannot write to the run directory")
 
 
-def test_finished_run_is_not_overwritten_and_architecture_is_checked(tmp):
-    assert cli("train", tmp, *TINY_TRAIN, "train.epochs=1").returncode == 0
+def test_finished_run_is_not_overwritten_and_architecture_is_checked(tmp, trained_run):
+    copy_run(trained_run, tmp)  # a finished 1-epoch run
     last = tmp / "run" / "checkpoints" / "last.pt"
     before = last.read_bytes()
     assert_one_line_error(cli("train", tmp, *TINY_TRAIN, "train.epochs=1"), "already holds a run")
@@ -252,9 +266,9 @@ def test_measured_data_without_simulation_attributes_trains_and_evaluates(tmp):
     assert math.isfinite(metrics["h_l1"]) and math.isfinite(metrics["traj_mse"])
 
 
-def test_evaluate_does_not_replace_an_evaluation_of_other_data(tmp):
+def test_evaluate_does_not_replace_an_evaluation_of_other_data(tmp, trained_run):
     """Was: evaluating the run on a second data_file silently replaced the first evaluation."""
-    assert cli("train", tmp, *TINY_TRAIN, "train.epochs=1").returncode == 0
+    copy_run(trained_run, tmp)  # a finished 1-epoch run
     out = tmp / "run" / "eval"
     assert cli("evaluate", tmp, *TINY_EVAL).returncode == 0
     first = eval_files(out)
@@ -325,13 +339,11 @@ def test_training_is_deterministic_and_survives_sigkill(tmp):
     assert not list((tmp / "c").rglob("*.tmp"))
 
 
-def test_a_resumed_run_removes_the_temporaries_a_killed_write_left(tmp):
+def test_a_resumed_run_removes_the_temporaries_a_killed_write_left(tmp, trained_run):
     """SIGKILL during an atomic write leaves ``.<name>.<random>.tmp`` beside the file (the kill
     above lands there only sometimes): the next train job in the run dir removes those of its own
     files, and nothing else."""
-    epochs = ["train.epochs=2", "train.early_stop.patience=100"]
-    assert cli("train", tmp, *TINY_TRAIN, *epochs, run="c").returncode == 0
-    run = tmp / "c"
+    run = copy_run(trained_run, tmp, "c")  # a finished 1-epoch run
     stale = [run / ".metrics.csv.k1l2m3.tmp", run / "checkpoints" / ".last.pt.a9b8c7.tmp",
              run / "checkpoints" / ".best.pt.zz.tmp", run / ".config.yaml.q.tmp"]  # fmt: skip
     kept = [run / ".notes.txt.x1.tmp", run / "eval" / ".metrics.json.y2.tmp"]
