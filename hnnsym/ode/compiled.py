@@ -1,7 +1,9 @@
 """The implicit stage solve as one compiled program: the "extrapolate" predictor, k fixed-point
 sweeps K <- F(K, y) of the stage equations and the max-norm change of each sweep, traced by
 ``torch.compile`` (inductor, static shapes, one graph) so that the host reads convergence once per
-k sweeps. Used by ``RungeKutta`` built with ``compile=True`` (config ``integrator.compile=true``).
+k sweeps (``sweeps``), or m whole steps of planned sweeps each, the first converged iterate of
+each step selected on the device (``steps``). Used by ``RungeKutta`` built with ``compile=True``
+(config ``integrator.compile=true``).
 With such an integrator the symplectic adjoint's backward compiles its direct solve over a chunk
 of steps as well (``chunk``: H's closed-form linearisation, the adjoint matrices and the chunk's
 λ recursion and parameter gradient, one program per chunk length).
@@ -50,7 +52,7 @@ log = logging.getLogger(__name__)
 CACHE_ENV = "HNNSYM_COMPILE_CACHE"
 
 _state: dict[str, Any] = {"failed": False, "chunk_failed": False, "configured": False}
-# per H (weakly): {(function, tableau, h, n_q, k, grad mode, H.training): compiled function}
+# per H (weakly): {(function, tableau, h, n_q, k or plan, guesses, grad mode, H.training): program}
 _programs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _serial = itertools.count()
 
@@ -118,24 +120,39 @@ def _sweeps(integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: 
 
 
 def _steps(integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: int,
-           m: int) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    """m steps from y, one sweep each from the "extrapolate" guess over the last three steps'
-    stages ``guess`` = (a, b, c), oldest first: the states y_1 … y_m stacked, (m, B, n), the
-    stages K_1 … K_m, (m, s, B, n), and max|K_j − K_j⁰| of each step's sweep, (m,). A step whose
-    sweep did not meet the tolerance makes it and the steps after it void (the caller steps it
-    again)."""
+           plan: tuple[tuple[int, ...], float]) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """m steps from y, step j running ``sweeps[j]`` sweeps, ``plan`` = (sweeps, tol): the states
+    y_1 … y_m stacked, (m, B, n), the stages K_1 … K_m, (m, s, B, n), and per step, float64,
+    (m, 2): the sweeps it took and |h| max|ΔK| of its last. Each step's guess is the
+    "extrapolate" predictor over the steps before it (``guess``: the stages of the up to three
+    steps before y, oldest first; none: RK2), and its stages are the first sweep's iterate with
+    |h| max|ΔK| <= tol (a comparison in float64, as the host makes it), selected on the device:
+    so a step equals the eager iteration that stops there. A step that met the tolerance in none
+    of its sweeps makes it and the steps after it void (the caller steps it again)."""
     f = _field(H)
-    a, b, c = guess
-    states, stages, changes = [], [], []
-    for _ in range(m):
-        K0 = torch.add(a, c - b, alpha=3)
-        K = integrator.stage_equations(f, y, K0, h, n_q)
-        changes.append(torch.linalg.vector_norm(K - K0, math.inf))
-        y = integrator.update(y, K, h, n_q)
+    history = list(guess)
+    states, stages, info = [], [], []
+    for sweeps in plan[0]:
+        K = integrator._predict(f, y, h, None, history)
+        chosen = None
+        for j in range(sweeps):
+            new = integrator.stage_equations(f, y, K, h, n_q)
+            residual = torch.linalg.vector_norm(new - K, math.inf).double() * abs(h)
+            met = torch.logical_not(residual > plan[1])  # NaN stops too, as on the host
+            if chosen is None:
+                chosen, taken, last, done = new, torch.ones_like(residual), residual, met
+            else:
+                chosen = torch.where(done, chosen, new)
+                taken = torch.where(done, taken, j + 1)
+                last = torch.where(done, last, residual)
+                done = done | met
+            K = new
+        y = integrator.update(y, chosen, h, n_q)
         states.append(y)
-        stages.append(K)
-        a, b, c = b, c, K
-    return torch.stack(states), torch.stack(stages), torch.stack(changes)
+        stages.append(chosen)
+        info.append(torch.stack([taken, last]))
+        history = [*history[-2:], chosen]
+    return torch.stack(states), torch.stack(stages), torch.stack(info)
 
 
 def _compile(fn: Callable) -> Callable:
@@ -207,14 +224,15 @@ def sweeps(
 
 
 def steps(
-    integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: int, m: int
-) -> tuple[Tensor, Tensor, Tensor] | None:
+    integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: int,
+    plan: tuple[tuple[int, ...], float],
+) -> tuple[Tensor, Tensor, Tensor] | None:  # fmt: skip
     """``_steps`` compiled (see there), or None where compilation is unavailable."""
-    return _call(_steps, integrator, H, y, guess, h, n_q, m)
+    return _call(_steps, integrator, H, y, guess, h, n_q, plan)
 
 
 def _call(fn: Callable, integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: int,
-          k: int):  # fmt: skip
+          k: Any):  # fmt: skip
     """``fn`` compiled and called, or None (one notice per process) where compilation fails,
     the backward graph's included (``_check_backward``). One program per number of guess
     tensors as well."""

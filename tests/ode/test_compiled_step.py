@@ -286,37 +286,57 @@ def test_recomputing_methods_continue_the_compiled_run(gradient):
 
 @pytest.mark.parametrize("gradient", ["backprop", "symplectic_adjoint"])
 def test_chunks_of_steps_equal_eager(gradient, monkeypatch):
-    """compile_steps = 3: once three steps are known, three steps of one sweep each per program,
-    the run's last two as one program of two; a step whose sweep did not converge is stepped
-    again alone. The same states, sweep counts and gradients (float64)."""
+    """compile_steps = 3: a run's steps three per program from its first step on, a step running
+    as many sweeps as the most its kind took so far in its kind of chunk (kinds: fewer than
+    three steps before it, or three; a chunk of a kind not seen before runs eagerly and sets
+    that plan); a step whose sweeps did not meet the tolerance is stepped again eagerly, and
+    raises the plan. The same states, sweep counts and gradients as eager (float64), with the
+    plans learned and with one sweep too few."""
     from hnnsym.ode.integrators.stage_solver import RungeKutta
 
-    kept, lengths = [], []
+    calls = []  # (first step, steps of history, plan, steps kept)
     original = RungeKutta._steps_compiled
 
-    def spy(self, *args):
-        states, stages = original(self, *args)
-        kept.append(len(states))
-        lengths.append(args[-1])
-        return states, stages
+    def spy(self, problem, y, n, previous, plan):
+        got = original(self, problem, y, n, previous, plan)
+        calls.append((n, len(previous), plan, len(got[0])))
+        return got
 
     monkeypatch.setattr(RungeKutta, "_steps_compiled", spy)
     model, y0 = _problem(torch.float64)
     params = [p for p in model.parameters() if p.requires_grad]
-    for tol in (1e-7, 1e-11):  # one sweep meets the first at every step, not the second
-        results = []
-        for options in ({"compile": True, "compile_steps": 3}, {}):
-            integ = get_integrator("implicit_midpoint", tol=tol, **options)
-            sol = solve(model, y0, H_STEP, 14, integ, gradient)
-            grads = torch.autograd.grad((sol.ys**2).sum(), params, allow_unused=True)
-            flat = torch.cat([g.ravel() for g in grads if g is not None])
-            results.append((sol.ys.detach(), flat, sol.stats))
-        (ys_c, g_c, stats_c), (ys_e, g_e, stats_e) = results
-        assert stats_c.iterations == stats_e.iterations and stats_c.steps == stats_e.steps == 14
+    tol = 1e-9  # one sweep for most steps, two for some
+
+    def run(integ):
+        sol = solve(model, y0, H_STEP, 11, integ, gradient)
+        grads = torch.autograd.grad((sol.ys**2).sum(), params, allow_unused=True)
+        flat = torch.cat([g.ravel() for g in grads if g is not None])
+        return sol.ys.detach(), flat, sol.stats
+
+    ys_e, g_e, stats_e = run(get_integrator("implicit_midpoint", tol=tol))
+    compiled_ = get_integrator("implicit_midpoint", tol=tol, compile=True, compile_steps=3)
+    plans = compiled_.solver._sweeps
+    # the first run: each kind of chunk seen first (steps 0, 3, 9) runs eagerly and sets its
+    # plan; the second: programs only; (symplectic adjoint) the third: a plan one sweep short
+    for case in ("first", "second", "short")[: 3 if gradient == "symplectic_adjoint" else 2]:
+        if case == "short":  # one sweep too few for the first chunk's steps that take more
+            learned = plans[("steps", 0, 3)]  # (sweeps of a step with fewer than three before
+            assert learned[0] > 1  # it, of one with three): here all three steps are the first
+            plans[("steps", 0, 3)] = (learned[0] - 1, learned[1])
+        calls.clear()
+        ys_c, g_c, stats_c = run(compiled_)
+        assert stats_c.iterations == stats_e.iterations and stats_c.steps == stats_e.steps == 11
         assert (ys_c - ys_e).abs().max() <= 1e-13
         assert (g_c - g_e).abs().max() <= 1e-10 * g_e.abs().max()
-    assert 3 in kept and any(k < 3 for k in kept)  # chunks kept whole, and some cut short
-    assert 2 in lengths  # 3 + 3 · 3 + 2 steps: the last two as one program
+        kept = [c[:2] + c[3:] for c in calls]
+        if case == "first":
+            assert kept == [(6, 3, 3)]
+            assert {key for key in plans if key[0] == "steps"} == {
+                ("steps", 0, 3), ("steps", 3, 3), ("steps", 3, 2)}  # fmt: skip
+        elif case == "second":  # the plans are what the steps took: every program kept whole
+            assert kept == [(0, 0, 3), (3, 3, 3), (6, 3, 3), (9, 3, 2)]
+        else:  # cut at a step given too few, which is stepped eagerly and raises the plan back
+            assert kept[0][:2] == (0, 0) and kept[0][2] < 3 and plans[("steps", 0, 3)] == learned
 
 
 @pytest.mark.parametrize("predictor", ["rk2", "extrapolate"])

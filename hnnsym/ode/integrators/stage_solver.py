@@ -159,12 +159,17 @@ class RungeKutta:
     ``compile``: run the predictor, ``compile_sweeps`` sweeps and their changes as one compiled
     program (``hnnsym.ode.compiled``), read back once per chunk of sweeps; chunks follow until a
     sweep meets the tolerance, and the first such iterate is the result, as in ``FixedPoint``.
-    ``compile_steps`` = m > 1 (with "extrapolate"): once three steps are known, m steps of one
-    sweep each run as one program with one read-back (the run's last r < m steps as one program
-    of r steps: one more compiled program per such r); the leading steps whose sweep met the
-    tolerance are kept, the first that did not is stepped again alone. A run recomputed from a
-    kept state (checkpoint, keep_every) then meets the chunks at other steps, so it equals the
-    first run to rounding, not bit for bit. Eager where compilation is unavailable."""
+    ``compile_steps`` = m > 1 (with "extrapolate"): a run's steps, from its first, run m per
+    program with one read-back (the run's last r < m steps as one program of r steps), the
+    predictor of each step inside (RK2, then the extrapolations over one, two, three steps).
+    Each step runs a planned number of sweeps and keeps its first iterate that met the
+    tolerance, selected on the device; the plan, per kind of chunk (steps of history, m), is the
+    most sweeps that its steps took so far, one count for the steps with fewer than three steps
+    before them and one for the rest (every new plan is a new program). A kind of chunk not seen
+    before runs eagerly and sets its plan; a step whose sweeps all missed the tolerance is
+    stepped again eagerly, the steps after it dropped, and the plan raised. A run recomputed
+    from a kept state (checkpoint, keep_every) then meets the chunks at other steps, so it
+    equals the first run to rounding, not bit for bit. Eager where compilation is unavailable."""
 
     tableau: Tableau
     solver: FixedPoint = field(default_factory=FixedPoint)
@@ -228,21 +233,36 @@ class RungeKutta:
         previous = tuple(previous) if self.predictor == "extrapolate" else ()
         f, separable = problem.f, problem.separable  # the same for every step
         chunk = self.compile_steps if self.compile and self.predictor == "extrapolate" else 1
-        if self.explicit_order(separable) is not None:
+        if self.explicit_order(separable) is not None or problem.H is None:
             chunk = 1
         n = start
         while n < end:
             m = min(chunk, end - n)  # the run's last steps: one shorter program
-            if m > 1 and len(previous) == 3:
-                states, stages = self._steps_compiled(problem, y, n, previous, m)
-                out += states
-                previous = (*previous, *stages)[-3:]
-                n += len(states)
-                y = out[-1] if out else y
-                if len(states) == m:
+            if m > 1:
+                key = ("steps", len(previous), m)
+                plan = self.solver._sweeps.get(key)
+                if plan is None:  # a chunk not seen before: eagerly, its sweeps the next's plan
+                    needed, history = {}, len(previous)
+                    for j in range(m):
+                        y, K, needed[j] = self._step_eagerly(problem, y, n, previous)
+                        out.append(y)
+                        previous, n = (*previous[-2:], K), n + 1
+                    self.solver._sweeps[key] = _raised((1, 1), history, needed)
                     continue
-            if n >= end:
-                break
+                got = self._steps_compiled(problem, y, n, previous, _sweeps_of(plan, key))
+                if got is None:  # compilation unavailable: step by step
+                    chunk = 1
+                    continue
+                states, stages = got
+                out += states
+                previous, n = (*previous, *stages)[-3:], n + len(states)
+                y = states[-1] if states else y
+                if len(states) < m:  # too few sweeps for step n: eagerly, and its plan raised
+                    y, K, sweeps = self._step_eagerly(problem, y, n, previous)
+                    out.append(y)
+                    previous, n = (*previous[-2:], K), n + 1
+                    self.solver._sweeps[key] = _raised(plan, key[1], {len(states): sweeps})
+                continue
             guess = None
             if problem.guess is not None and self.predictor == "observed":
                 guess = problem.guess[n + 1]
@@ -257,24 +277,42 @@ class RungeKutta:
             n += 1
         return out, previous
 
+    def _step_eagerly(
+        self, problem: Problem, y: Tensor, n: int, previous: tuple[Tensor, ...]
+    ) -> tuple[Tensor, Tensor, int]:
+        """Step n from y by the eager solver: (y_{n+1}, its stages, the sweeps they took)."""
+        stats = SolverStats()
+        K = self.solver.iterate(
+            lambda K: self.stage_equations(problem.f, y, K, problem.h, y.shape[-1] // 2),
+            self._predict(problem.f, y, problem.h, None, previous), abs(problem.h), stats,
+            f"at step {n}",
+        )  # fmt: skip
+        if problem.stats is not None:
+            problem.stats.merge(stats)
+        return self.update(y, K, problem.h, y.shape[-1] // 2), K, stats.iterations
+
     def _steps_compiled(
-        self, problem: Problem, y: Tensor, n: int, previous: tuple[Tensor, ...], m: int
-    ) -> tuple[list[Tensor], list[Tensor]]:
-        """Steps n, n+1, … from y by one compiled program of ``m`` steps of one sweep each
-        (``compiled.steps``), one read-back: the states and stages of the leading steps whose
-        sweep met the tolerance (a step that did not, and the steps after it, are dropped and
-        stepped again by the caller). Nothing where compilation is unavailable."""
+        self, problem: Problem, y: Tensor, n: int, previous: tuple[Tensor, ...],
+        plan: tuple[int, ...],
+    ) -> tuple[list[Tensor], list[Tensor]] | None:  # fmt: skip
+        """Steps n, n+1, … from y by one compiled program of ``len(plan)`` steps, step j running
+        ``plan[j]`` sweeps (``compiled.steps``: each step's stages are its first iterate that
+        met the tolerance), one read-back: the states and stages of the leading steps that met
+        it (a step that did not, and the steps after it, are dropped and stepped again by the
+        caller). None where compilation is unavailable."""
         self._fill_caches()
-        got = compiled_steps(self, problem.H, y, previous, problem.h, y.shape[-1] // 2, m)
+        tol = self.solver.tolerance(y.dtype)
+        got = compiled_steps(
+            self, problem.H, y, previous, problem.h, y.shape[-1] // 2, (plan, tol)
+        )  # fmt: skip
         if got is None:
-            return [], []
-        states, stages, changes = got
-        tol, taken = self.solver.tolerance(y.dtype), 0
-        for j, change in enumerate(changes.tolist()):
-            residual = abs(problem.h) * change
+            return None
+        states, stages, info = got
+        taken = 0
+        for j, (sweeps, residual) in enumerate(info.tolist()):
             if residual > tol:  # NaN is taken, and reported by conclude, as in FixedPoint
                 break
-            conclude("fixed-point iteration", 1, residual, tol, f"at step {n + j}",
+            conclude("fixed-point iteration", int(sweeps), residual, tol, f"at step {n + j}",
                      self.solver.on_fail, problem.stats)  # fmt: skip
             taken += 1
         # the program returns stacked tensors (three outputs for AOT autograd's runtime to wrap,
@@ -471,6 +509,24 @@ class RungeKutta:
     ) -> Tensor:
         K = self.solve_stages(f, y, h, n_q, separable, guess, stats, where)
         return self.update(y, K, h, n_q)
+
+
+def _sweeps_of(plan: tuple[int, int], key: tuple[str, int, int]) -> tuple[int, ...]:
+    """The sweeps of each step of a chunk of ``key`` = ("steps", steps of history, m) under
+    ``plan`` = (sweeps of a step with fewer than three steps before it, of one with three)."""
+    return tuple(plan[key[1] + j >= 3] for j in range(key[2]))
+
+
+def _raised(plan: tuple[int, int], history: int, needed: dict[int, int]) -> tuple[int, int]:
+    """``plan`` raised to the sweeps that the chunk's steps j took (``needed``: {j: sweeps}).
+    Two counts per kind of chunk, not one per step: each new plan is a new compiled program."""
+    start, steady = plan
+    for j, sweeps in needed.items():
+        if history + j < 3:
+            start = max(start, sweeps)
+        else:
+            steady = max(steady, sweeps)
+    return start, steady
 
 
 def _extrapolate(previous: Sequence[Tensor]) -> Tensor:
