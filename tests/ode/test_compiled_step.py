@@ -371,3 +371,15 @@ def test_the_rk2_guess_is_taken_inside_the_program(predictor, monkeypatch):
     # linear extrapolations of steps 2 and 3 (the first step's RK2 runs in the program)
     assert eager_guesses.count(True) == (0 if predictor == "rk2" else 2)
     assert eager_guesses.count(False) == STEPS
+
+
+def test_a_plan_counts_the_most_sweeps_of_each_kind_of_step():
+    """A chunk's plan: the most sweeps its steps with fewer than three steps before them took,
+    and the most the others took; a step past the bound (or not converged, counted as
+    max_iter + 1) sends that kind of chunk step by step."""
+    from hnnsym.ode.integrators.stage_solver import MAX_PLANNED_SWEEPS, STEP_BY_STEP, _raised
+
+    assert _raised((1, 1), 0, {0: 2, 1: 3, 2: 2, 3: 1, 4: 2}) == (3, 2)
+    assert _raised((3, 2), 3, {1: 1}) == (3, 2) and _raised((3, 2), 2, {0: 4}) == (4, 2)
+    assert _raised((3, 2), 3, {0: MAX_PLANNED_SWEEPS}) == (3, MAX_PLANNED_SWEEPS)
+    assert _raised((3, 2), 3, {0: MAX_PLANNED_SWEEPS + 1}) == STEP_BY_STEP

@@ -25,6 +25,10 @@ from hnnsym.ode.problem import Problem, SolverStats
 Field = Callable[[Tensor], Tensor]
 PREDICTORS = ("extrapolate", "rk2", "euler", "observed")
 ON_FAIL = ("raise", "warn", "ignore")
+# a chunk of compiled steps unrolls each step's planned sweeps: a kind of chunk whose steps take
+# more (or do not converge) runs step by step instead
+MAX_PLANNED_SWEEPS = 8
+STEP_BY_STEP = (0, 0)
 DEFAULT_TOL = {torch.float64: 1e-12, torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 
 
@@ -238,9 +242,9 @@ class RungeKutta:
         n = start
         while n < end:
             m = min(chunk, end - n)  # the run's last steps: one shorter program
-            if m > 1:
-                key = ("steps", len(previous), m)
-                plan = self.solver._sweeps.get(key)
+            key = ("steps", len(previous), m)
+            plan = self.solver._sweeps.get(key)
+            if m > 1 and plan != STEP_BY_STEP:
                 if plan is None:  # a chunk not seen before: eagerly, its sweeps the next's plan
                     needed, history = {}, len(previous)
                     for j in range(m):
@@ -280,7 +284,8 @@ class RungeKutta:
     def _step_eagerly(
         self, problem: Problem, y: Tensor, n: int, previous: tuple[Tensor, ...]
     ) -> tuple[Tensor, Tensor, int]:
-        """Step n from y by the eager solver: (y_{n+1}, its stages, the sweeps they took)."""
+        """Step n from y by the eager solver: (y_{n+1}, its stages, the sweeps they took, or
+        ``max_iter`` + 1 where they did not converge)."""
         stats = SolverStats()
         K = self.solver.iterate(
             lambda K: self.stage_equations(problem.f, y, K, problem.h, y.shape[-1] // 2),
@@ -289,7 +294,8 @@ class RungeKutta:
         )  # fmt: skip
         if problem.stats is not None:
             problem.stats.merge(stats)
-        return self.update(y, K, problem.h, y.shape[-1] // 2), K, stats.iterations
+        sweeps = stats.iterations if not stats.unconverged else self.solver.max_iter + 1
+        return self.update(y, K, problem.h, y.shape[-1] // 2), K, sweeps
 
     def _steps_compiled(
         self, problem: Problem, y: Tensor, n: int, previous: tuple[Tensor, ...],
@@ -518,10 +524,13 @@ def _sweeps_of(plan: tuple[int, int], key: tuple[str, int, int]) -> tuple[int, .
 
 
 def _raised(plan: tuple[int, int], history: int, needed: dict[int, int]) -> tuple[int, int]:
-    """``plan`` raised to the sweeps that the chunk's steps j took (``needed``: {j: sweeps}).
-    Two counts per kind of chunk, not one per step: each new plan is a new compiled program."""
+    """``plan`` raised to the sweeps that the chunk's steps j took (``needed``: {j: sweeps}), or
+    ``STEP_BY_STEP`` where one took more than ``MAX_PLANNED_SWEEPS``. Two counts per kind of
+    chunk, not one per step: each new plan is a new compiled program."""
     start, steady = plan
     for j, sweeps in needed.items():
+        if sweeps > MAX_PLANNED_SWEEPS:
+            return STEP_BY_STEP
         if history + j < 3:
             start = max(start, sweeps)
         else:
