@@ -289,8 +289,8 @@ def test_chunks_of_steps_equal_eager(gradient, monkeypatch):
     """compile_steps = 3: a run's steps three per program from its first step on, a step running
     as many sweeps as the most its kind took so far in its kind of chunk (kinds: fewer than
     three steps before it, or three; a chunk of a kind not seen before runs eagerly and sets
-    that plan); a step whose sweeps did not meet the tolerance is stepped again eagerly, and
-    raises the plan. The same states, sweep counts and gradients as eager (float64), with the
+    that plan); from a step whose sweeps did not meet the tolerance, the rest of the chunk is
+    stepped again eagerly and raises the plan. The same states, sweep counts and gradients as eager (float64), with the
     plans learned and with one sweep too few."""
     from hnnsym.ode.integrators.stage_solver import RungeKutta
 
@@ -335,8 +335,9 @@ def test_chunks_of_steps_equal_eager(gradient, monkeypatch):
                 ("steps", 0, 3), ("steps", 3, 3), ("steps", 3, 2)}  # fmt: skip
         elif case == "second":  # the plans are what the steps took: every program kept whole
             assert kept == [(0, 0, 3), (3, 3, 3), (6, 3, 3), (9, 3, 2)]
-        else:  # cut at a step given too few, which is stepped eagerly and raises the plan back
+        else:  # cut at a step given too few: the chunk's rest eagerly, raising the plan back
             assert kept[0][:2] == (0, 0) and kept[0][2] < 3 and plans[("steps", 0, 3)] == learned
+            assert kept[1:] == [(3, 3, 3), (6, 3, 3), (9, 3, 2)]
 
 
 @pytest.mark.parametrize("predictor", ["rk2", "extrapolate"])

@@ -170,8 +170,8 @@ class RungeKutta:
     tolerance, selected on the device; the plan, per kind of chunk (steps of history, m), is the
     most sweeps that its steps took so far, one count for the steps with fewer than three steps
     before them and one for the rest (every new plan is a new program). A kind of chunk not seen
-    before runs eagerly and sets its plan; a step whose sweeps all missed the tolerance is
-    stepped again eagerly, the steps after it dropped, and the plan raised. A run recomputed
+    before runs eagerly and sets its plan; from a step whose sweeps all missed the tolerance,
+    the rest of the chunk is stepped again eagerly and the plan raised. A run recomputed
     from a kept state (checkpoint, keep_every) then meets the chunks at other steps, so it
     equals the first run to rounding, not bit for bit. Eager where compilation is unavailable."""
 
@@ -245,27 +245,26 @@ class RungeKutta:
             key = ("steps", len(previous), m)
             plan = self.solver._sweeps.get(key)
             if m > 1 and plan != STEP_BY_STEP:
-                if plan is None:  # a chunk not seen before: eagerly, its sweeps the next's plan
-                    needed, history = {}, len(previous)
-                    for j in range(m):
-                        y, K, needed[j] = self._step_eagerly(problem, y, n, previous)
-                        out.append(y)
-                        previous, n = (*previous[-2:], K), n + 1
-                    self.solver._sweeps[key] = _raised((1, 1), history, needed)
-                    continue
-                got = self._steps_compiled(problem, y, n, previous, _sweeps_of(plan, key))
-                if got is None:  # compilation unavailable: step by step
-                    chunk = 1
-                    continue
-                states, stages = got
-                out += states
-                previous, n = (*previous, *stages)[-3:], n + len(states)
-                y = states[-1] if states else y
-                if len(states) < m:  # too few sweeps for step n: eagerly, and its plan raised
-                    y, K, sweeps = self._step_eagerly(problem, y, n, previous)
+                kept = 0
+                if plan is not None:
+                    got = self._steps_compiled(problem, y, n, previous, _sweeps_of(plan, key))
+                    if got is None:  # compilation unavailable: step by step
+                        chunk = 1
+                        continue
+                    states, stages = got
+                    out += states
+                    previous, n, kept = (*previous, *stages)[-3:], n + len(states), len(states)
+                    y = states[-1] if states else y
+                # a kind of chunk not seen before, or the rest of one from a step that its plan
+                # gave too few sweeps: eagerly, and what the steps took sets or raises the plan
+                # (the rest of the chunk, not a new kind of chunk from that step: fewer programs)
+                needed = {}
+                for j in range(kept, m):
+                    y, K, needed[j] = self._step_eagerly(problem, y, n, previous)
                     out.append(y)
                     previous, n = (*previous[-2:], K), n + 1
-                    self.solver._sweeps[key] = _raised(plan, key[1], {len(states): sweeps})
+                if needed:
+                    self.solver._sweeps[key] = _raised(plan or (1, 1), key[1], needed)
                 continue
             guess = None
             if problem.guess is not None and self.predictor == "observed":
