@@ -52,7 +52,10 @@ log = logging.getLogger(__name__)
 CACHE_ENV = "HNNSYM_COMPILE_CACHE"
 
 _state: dict[str, Any] = {"failed": False, "chunk_failed": False, "configured": False}
-# per H (weakly): {(function, tableau, h, n_q, k or plan, guesses, grad mode, H.training): program}
+# {(function, tableau, h, n_q, k or plan, guesses, grad mode, H.training): program} (no guess:
+# RK2, whatever the integrator's predictor; ``_steps``: "extrapolate" only),
+# per structure of H (``_structure``), or per H (weakly) where H's structure is not plain data
+_shared: dict[tuple, dict] = {}
 _programs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _serial = itertools.count()
 
@@ -194,10 +197,60 @@ def _compiling() -> Iterator[None]:
 
 
 def _programs_of(H) -> dict:
+    """H's programs: those of every H of its structure (a sweep's runs in one process share them,
+    each model's tensors being a program's inputs), or H's own where its structure is not plain
+    data."""
+    structure = _structure(H)
+    if structure is not None:
+        return _shared.setdefault(structure, {})
     try:
         return _programs.setdefault(H, {})
     except TypeError:  # H cannot be referenced weakly: not cached across calls (rare)
         return {}
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _structure(H: Any) -> tuple | None:
+    """An ``nn.Module``'s structure as plain data: per submodule its name, type and attributes
+    (numbers, strings, dtypes, devices, and tuples, lists, sets, dicts and plain objects of
+    them), per parameter and buffer its name, shape, dtype, device and requires_grad. None where
+    H is not a module or holds anything else (a function, a hook, a tensor that is not a
+    parameter or buffer): such an H keeps programs of its own. Dynamo checks only tensors here
+    (``_compile``), so two modules of one structure may share programs: they differ only in
+    their tensors' values, which a program takes as inputs."""
+    if not isinstance(H, torch.nn.Module):
+        return None
+    try:
+        modules = tuple(
+            (name, type(module), _plain({k: v for k, v in vars(module).items()
+                                         if k not in ("_parameters", "_buffers", "_modules", "training")}))
+            for name, module in H.named_modules()
+        )  # fmt: skip
+    except _NotPlain:
+        return None
+    tensors = tuple(
+        (name, tuple(t.shape), t.dtype, t.device, t.requires_grad)
+        for name, t in (*H.named_parameters(), *H.named_buffers())
+    )  # fmt: skip
+    return modules, tensors
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as hashable plain data, or ``_NotPlain``."""
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return type(value).__name__, tuple(_plain(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return "set", tuple(sorted(_plain(v) for v in value))
+    if isinstance(value, dict):
+        return "dict", tuple(sorted((str(k), _plain(v)) for k, v in value.items()))
+    if type(value).__module__.startswith("hnnsym.") and hasattr(value, "__dict__"):
+        return type(value), _plain(vars(value))  # an object of ours: its class and its data
+    raise _NotPlain
 
 
 def _fresh(run: Callable, name: str) -> Callable:
@@ -321,4 +374,5 @@ def _unaliased(*tensors: Tensor) -> list[Tensor]:
 def reset() -> None:
     """Forget the compiled functions and any failure (tests; a changed compiler setting)."""
     _programs.clear()
+    _shared.clear()
     _state.update(failed=False, chunk_failed=False)

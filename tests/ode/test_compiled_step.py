@@ -115,6 +115,7 @@ def _compile_with(monkeypatch, compile_fn) -> None:
     no earlier failure."""
     monkeypatch.setattr(compiled, "_compile", compile_fn)
     monkeypatch.setattr(compiled, "_programs", compiled.weakref.WeakKeyDictionary())
+    monkeypatch.setattr(compiled, "_shared", {})
     monkeypatch.setitem(compiled._state, "failed", False)
     monkeypatch.setitem(compiled._state, "chunk_failed", False)
 
@@ -245,7 +246,7 @@ def test_a_backward_that_compiles_is_checked_once_per_program(monkeypatch):
     ys_c2, g_c2, _ = _run(torch.float64, "backprop", True)
     ys_e, g_e, _ = _run(torch.float64, "backprop", False)
     assert not compiled._state["failed"] and calls
-    assert len(checks) == len(compiled._programs[_problem(torch.float64)[0]])
+    assert len(checks) == len(compiled._programs_of(_problem(torch.float64)[0]))
     assert (ys_c - ys_e).abs().max() <= 1e-12 and (g_c - g_e).abs().max() <= 1e-10
     assert torch.equal(g_c, g_c2)
 
@@ -384,3 +385,30 @@ def test_a_plan_counts_the_most_sweeps_of_each_kind_of_step():
     assert _raised((3, 2), 3, {1: 1}) == (3, 2) and _raised((3, 2), 2, {0: 4}) == (4, 2)
     assert _raised((3, 2), 3, {0: MAX_PLANNED_SWEEPS}) == (3, MAX_PLANNED_SWEEPS)
     assert _raised((3, 2), 3, {0: MAX_PLANNED_SWEEPS + 1}) == STEP_BY_STEP
+
+
+def test_models_of_one_structure_share_programs():
+    """A second model of the same structure (the next run of a sweep in the same process) runs on
+    the first's programs with its own weights: its states and gradients are its own eager ones
+    (float64), and nothing new is compiled. A model of another structure has its own."""
+    model, y0 = _problem(torch.float64)
+    _run(torch.float64, "backprop", True)  # the first model's programs
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        other = HNN(1).to(torch.float64)
+    programs = compiled._programs_of(model)
+    assert compiled._programs_of(other) is programs and programs
+    known = set(programs)
+    params = list(other.parameters())
+    results = []
+    for compile_ in (True, False):
+        integ = get_integrator("implicit_midpoint", compile=compile_)
+        ys = solve(other, y0, H_STEP, STEPS, integ, "backprop").ys
+        grads = torch.autograd.grad((ys**2).sum(), params, allow_unused=True)
+        results.append((ys.detach(), torch.cat([g.ravel() for g in grads if g is not None])))
+    (ys_c, g_c), (ys_e, g_e) = results
+    assert set(programs) == known
+    assert (ys_c - ys_e).abs().max() <= 1e-13
+    assert (g_c - g_e).abs().max() <= 1e-10 * g_e.abs().max()
+    assert (ys_e - _run(torch.float64, "backprop", False)[0]).abs().max() > 1e-3  # other weights
+    assert compiled._programs_of(HNN(1, periodic=[0]).to(torch.float64)) is not programs
