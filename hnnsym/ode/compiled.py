@@ -14,10 +14,13 @@ AOT autograd derives; only an H without a closed-form ∇H takes it by ``torch.f
 mode. Either equals the eager field to rounding. A model with a field of its own (``OWN_FIELD``)
 is traced as it is.
 
-Each compiled function belongs to one H, tableau, h and grad mode, and dynamo checks only its
-tensors on each call (dtype, device, shape, strides, requires_grad; another shape compiles another
-graph): a change to H's Python attributes other than ``training`` after its first call is not
-seen. Inputs that share memory are cloned first.
+Each compiled function belongs to one structure of H (``_structure``: its modules' types and
+plain-data attributes, its tensors' names and shapes), tableau, h and grad mode, and dynamo checks
+only its tensors on each call (dtype, device, shape, strides, requires_grad; another shape
+compiles another graph). Models of one structure, such as the runs of a sweep in one process,
+share the functions, each with its own weights as the graph's inputs. An H whose attributes are
+not plain data (a function, a hook) has functions of its own, and a change to its Python
+attributes after its first call is not seen. Inputs that share memory are cloned first.
 
 Inductor's FX graph cache and AOT autograd cache live on disk, in ``$HNNSYM_COMPILE_CACHE`` or,
 when unset, ``$TORCHINDUCTOR_CACHE_DIR`` or ``~/.cache/hnnsym/inductor`` (``$XDG_CACHE_HOME``
