@@ -1,7 +1,7 @@
 """hnnsym against its peer, the same training iteration in about forty lines of jitted JAX.
 
     python benchmarks/peer_jax.py                      # = make bench-peer (part of make bench)
-    python benchmarks/peer_jax.py --before 52db500 --rounds 7 --steps 32 256
+    python benchmarks/peer_jax.py --before 1b69471 --rounds 5 --steps 6 32 256
 
 The workload is the headline of ``python -m hnnsym.profile``: HNN 2 -> 16 -> 32 -> 16 -> 1 tanh on
 the coupled oscillator, batch 512, h = 0.01, float32, implicit midpoint (predictor: the previous
@@ -254,7 +254,7 @@ def time_jax(fn, args, repeats: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, nargs="+", default=[32, 256])
+    ap.add_argument("--steps", type=int, nargs="+", default=[6, 32, 256])  # 6: Table 1's window
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=5, help="timed iterations per round")
     ap.add_argument("--before", help="a commit to time as well (its tree, by git archive)")
