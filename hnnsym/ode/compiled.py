@@ -19,8 +19,9 @@ plain-data attributes, its tensors' names and shapes), tableau, h and grad mode,
 only its tensors on each call (dtype, device, shape, strides, requires_grad; another shape
 compiles another graph). Models of one structure, such as the runs of a sweep in one process,
 share the functions, each with its own weights as the graph's inputs. An H whose attributes are
-not plain data (a function, a hook) has functions of its own, and a change to its Python
-attributes after its first call is not seen. Inputs that share memory are cloned first.
+not plain data (a function, a hook) has functions of its own. H's structure is read on its
+first call: a change to its Python attributes after that is not seen. Inputs that share memory
+are cloned first.
 
 Inductor's FX graph cache and AOT autograd cache live on disk, in ``$HNNSYM_COMPILE_CACHE`` or,
 when unset, ``$TORCHINDUCTOR_CACHE_DIR`` or ``~/.cache/hnnsym/inductor`` (``$XDG_CACHE_HOME``
@@ -57,7 +58,8 @@ CACHE_ENV = "HNNSYM_COMPILE_CACHE"
 _state: dict[str, Any] = {"failed": False, "chunk_failed": False, "configured": False}
 # {(function, tableau, h, n_q, k or plan, guesses, grad mode, H.training): program} (no guess:
 # RK2, whatever the integrator's predictor; ``_steps``: "extrapolate" only),
-# per structure of H (``_structure``), or per H (weakly) where H's structure is not plain data
+# per structure of H (``_structure``), or H's own where its structure is not plain data;
+# ``_programs``: per H (weakly), the programs it uses
 _shared: dict[tuple, dict] = {}
 _programs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _serial = itertools.count()
@@ -203,13 +205,15 @@ def _programs_of(H) -> dict:
     """H's programs: those of every H of its structure (a sweep's runs in one process share them,
     each model's tensors being a program's inputs), or H's own where its structure is not plain
     data."""
-    structure = _structure(H)
-    if structure is not None:
-        return _shared.setdefault(structure, {})
     try:
-        return _programs.setdefault(H, {})
+        programs = _programs.get(H)
     except TypeError:  # H cannot be referenced weakly: not cached across calls (rare)
         return {}
+    if programs is None:  # H's structure is read once, on its first call
+        structure = _structure(H)
+        programs = {} if structure is None else _shared.setdefault(structure, {})
+        _programs[H] = programs
+    return programs
 
 
 class _NotPlain(Exception):
@@ -232,7 +236,7 @@ def _structure(H: Any) -> tuple | None:
                                          if k not in ("_parameters", "_buffers", "_modules", "training")}))
             for name, module in H.named_modules()
         )  # fmt: skip
-    except _NotPlain:
+    except (_NotPlain, TypeError):  # TypeError: a set or dict whose items do not sort
         return None
     tensors = tuple(
         (name, tuple(t.shape), t.dtype, t.device, t.requires_grad)
