@@ -179,10 +179,9 @@ def _compile(fn: Callable) -> Callable:
 
 def _program(H, key: tuple, run: Callable, name: str) -> Callable:
     """``run`` compiled once per structure of H (``_programs_of``) and ``key`` (everything else
-    the graph reads: the function,
-    the integrator's tableau, h, ...), in the current grad mode and H's training flag. Each is
-    compiled from its own copy of the code (``_fresh``), since dynamo keeps its graphs per code
-    object and checks only tensors here."""
+    the graph reads: the function, the integrator's tableau, h, ...), in the current grad mode and
+    H's training flag. Each is compiled from its own copy of the code (``_fresh``), since dynamo
+    keeps its graphs per code object and checks only tensors here."""
     key = (*key, torch.is_grad_enabled(), getattr(H, "training", None))
     programs = _programs_of(H)
     if key not in programs:
