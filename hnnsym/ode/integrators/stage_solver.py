@@ -242,12 +242,12 @@ class RungeKutta:
         n = start
         while n < end:
             m = min(chunk, end - n)  # the run's last steps: one shorter program
-            key = ("steps", len(previous), m)
-            plan = self.solver._sweeps.get(key)
-            if m > 1 and plan != STEP_BY_STEP:
+            key = ("steps", len(previous), m) if m > 1 else None  # one step: as STEP_BY_STEP
+            plan = self.solver._sweeps.get(key) if key else STEP_BY_STEP
+            if plan != STEP_BY_STEP:
                 kept = 0
                 if plan is not None:
-                    got = self._steps_compiled(problem, y, n, previous, _sweeps_of(plan, key))
+                    got = self._steps_compiled(problem, y, n, previous, _sweeps_of(plan, *key[1:]))
                     if got is None:  # compilation unavailable: step by step
                         chunk = 1
                         continue
@@ -283,41 +283,39 @@ class RungeKutta:
     def _step_eagerly(
         self, problem: Problem, y: Tensor, n: int, previous: tuple[Tensor, ...]
     ) -> tuple[Tensor, Tensor, int]:
-        """Step n from y by the eager solver: (y_{n+1}, its stages, the sweeps they took, or
-        ``max_iter`` + 1 where they did not converge)."""
-        stats = SolverStats()
-        K = self.solver.iterate(
-            lambda K: self.stage_equations(problem.f, y, K, problem.h, y.shape[-1] // 2),
-            self._predict(problem.f, y, problem.h, None, previous), abs(problem.h), stats,
-            f"at step {n}",
+        """Step n from y by the eager solver (``solve_stages`` without H: nothing compiled): (y_{n+1},
+        its stages, the sweeps they took, or ``max_iter`` + 1 where they did not converge)."""
+        stats, n_q = SolverStats(), y.shape[-1] // 2
+        K = self.solve_stages(
+            problem.f, y, problem.h, n_q, problem.separable, None, stats, f"at step {n}", previous
         )  # fmt: skip
         if problem.stats is not None:
             problem.stats.merge(stats)
         sweeps = stats.iterations if not stats.unconverged else self.solver.max_iter + 1
-        return self.update(y, K, problem.h, y.shape[-1] // 2), K, sweeps
+        return self.update(y, K, problem.h, n_q), K, sweeps
 
     def _steps_compiled(
         self, problem: Problem, y: Tensor, n: int, previous: tuple[Tensor, ...],
-        plan: tuple[int, ...],
+        sweeps: tuple[int, ...],
     ) -> tuple[list[Tensor], list[Tensor]] | None:  # fmt: skip
-        """Steps n, n+1, … from y by one compiled program of ``len(plan)`` steps, step j running
-        ``plan[j]`` sweeps (``compiled.steps``: each step's stages are its first iterate that
+        """Steps n, n+1, … from y by one compiled program of ``len(sweeps)`` steps, step j running
+        ``sweeps[j]`` sweeps (``compiled.steps``: each step's stages are its first iterate that
         met the tolerance), one read-back: the states and stages of the leading steps that met
         it (a step that did not, and the steps after it, are dropped and stepped again by the
         caller). None where compilation is unavailable."""
         self._fill_caches()
         tol = self.solver.tolerance(y.dtype)
         got = compiled_steps(
-            self, problem.H, y, previous, problem.h, y.shape[-1] // 2, (plan, tol)
+            self, problem.H, y, previous, problem.h, y.shape[-1] // 2, (sweeps, tol)
         )  # fmt: skip
         if got is None:
             return None
         states, stages, info = got
         taken = 0
-        for j, (sweeps, residual) in enumerate(info.tolist()):
+        for j, (taken_sweeps, residual) in enumerate(info.tolist()):
             if residual > tol:  # NaN is taken, and reported by conclude, as in FixedPoint
                 break
-            conclude("fixed-point iteration", int(sweeps), residual, tol, f"at step {n + j}",
+            conclude("fixed-point iteration", int(taken_sweeps), residual, tol, f"at step {n + j}",
                      self.solver.on_fail, problem.stats)  # fmt: skip
             taken += 1
         # the program returns stacked tensors (three outputs for AOT autograd's runtime to wrap,
@@ -516,10 +514,10 @@ class RungeKutta:
         return self.update(y, K, h, n_q)
 
 
-def _sweeps_of(plan: tuple[int, int], key: tuple[str, int, int]) -> tuple[int, ...]:
-    """The sweeps of each step of a chunk of ``key`` = ("steps", steps of history, m) under
-    ``plan`` = (sweeps of a step with fewer than three steps before it, of one with three)."""
-    return tuple(plan[key[1] + j >= 3] for j in range(key[2]))
+def _sweeps_of(plan: tuple[int, int], history: int, m: int) -> tuple[int, ...]:
+    """The sweeps of each step of a chunk of m steps after ``history`` steps, under ``plan`` =
+    (sweeps of a step with fewer than three steps before it, of one with three)."""
+    return tuple(plan[history + j >= 3] for j in range(m))
 
 
 def _raised(plan: tuple[int, int], history: int, needed: dict[int, int]) -> tuple[int, int]:
