@@ -43,6 +43,7 @@ METHODS = {
     "This work": "hnn",
     "This work, smoothed y0": "hnn",
     "This work, EMA": "hnn",
+    "This work, SWA, paper's time": "hnn",
     "SHNN": "shnn",
     "NSSNN": "nssnn",
     "HNN (derivative)": "hnn_derivative",

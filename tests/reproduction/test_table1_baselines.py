@@ -363,9 +363,15 @@ def test_experiments_select_each_method(compose_config):
         "table1_node": ("node", "rk4", "backprop", "observed"),
         "table1_smoothed": ("hnn", "implicit_midpoint", "symplectic_adjoint", "smoothed"),
         "table1_ema": ("hnn", "implicit_midpoint", "symplectic_adjoint", "observed"),
+        "table1_paper_time": ("hnn", "implicit_midpoint", "symplectic_adjoint", "observed"),
     }
     assert compose_config("train", ["experiment=table1_ema"]).train.ema == 0.99
     assert compose_config("train", ["experiment=table1"]).train.ema is None
+    # the paper's training time: the plain mean of the second half of a cosine run, no early stop
+    swa = compose_config("train", ["experiment=table1_paper_time"])
+    assert (swa.train.ema, swa.train.ema_start, swa.train.epochs) == (1.0, 100, 200)
+    assert swa.train.schedule == "cosine" and swa.train.early_stop.patience >= swa.train.epochs
+    assert list(swa.model.hidden) == [32, 32, 32] and swa.train.window == 6
     # the weight average is the default; the papers' settings pin it off
     assert compose_config("train", []).train.ema == 0.99
     for overrides in (["method=chnn"], ["method=clnn"], ["experiment=ddlm_pendulum"]):
