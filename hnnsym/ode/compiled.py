@@ -114,8 +114,7 @@ def _sweeps(integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: 
     explicit RK2 in every stage, as on a run's first step)."""
     f = _field(H)
     if guess:
-        a, b, c = guess
-        K = torch.add(a, c - b, alpha=3)
+        K = integrator.extrapolate(guess)
     else:
         K = integrator._predict(f, y, h, None, ())
     iterates, changes = [], []

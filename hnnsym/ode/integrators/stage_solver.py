@@ -430,6 +430,12 @@ class RungeKutta:
             return False
         return guess is None and self.predictor != "euler"
 
+    @staticmethod
+    def extrapolate(previous: Sequence[Tensor]) -> Tensor:
+        """``_extrapolate``, whatever the predictor: for ``hnnsym.ode.compiled``, which this
+        module imports."""
+        return _extrapolate(previous)
+
     def _predict(
         self, f: Field, y: Tensor, h: float, guess: Tensor | None, previous: Sequence[Tensor]
     ) -> Tensor:
