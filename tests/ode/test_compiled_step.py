@@ -413,3 +413,75 @@ def test_models_of_one_structure_share_programs():
     assert (g_c - g_e).abs().max() <= 1e-10 * g_e.abs().max()
     assert (ys_e - _run(torch.float64, "backprop", False)[0]).abs().max() > 1e-3  # other weights
     assert compiled._programs_of(HNN(1, periodic=[0]).to(torch.float64)) is not programs
+
+
+_COMPILE = compiled._compile
+
+
+def _counting_traces(monkeypatch, traced: list) -> None:
+    """``_compile`` as it is, each program compiled ahead counted in ``traced``; a clean slate
+    (a new process: no programs in memory)."""
+
+    def counting(fn):
+        program = _COMPILE(fn)
+        ahead = program.aot_compile
+        program.aot_compile = lambda inputs: traced.append(fn.__name__) or ahead(inputs)
+        return program
+
+    _compile_with(monkeypatch, counting)
+
+
+def test_a_later_process_loads_the_programs_from_disk_without_tracing(monkeypatch, tmp_path):
+    """The programs a solve compiled are saved; a new process (a clean slate here) loads them
+    instead of tracing, and they give the same states and gradients, those of the eager solve."""
+    monkeypatch.setattr(compiled, "programs_dir", lambda: tmp_path)
+    traced: list = []
+    _counting_traces(monkeypatch, traced)
+    ys_1, g_1, _ = _run(torch.float64, "backprop", True)
+    saved = sorted(tmp_path.glob("*.bin"))
+    assert traced and len(saved) == len(traced)
+    _counting_traces(monkeypatch, traced)
+    first = len(traced)
+    ys_2, g_2, _ = _run(torch.float64, "backprop", True)
+    assert len(traced) == first  # loaded, nothing traced
+    ys_e, g_e, _ = _run(torch.float64, "backprop", False)
+    assert torch.equal(ys_1, ys_2) and torch.equal(g_1, g_2)
+    assert (ys_2 - ys_e).abs().max() <= 1e-13
+    assert (g_2 - g_e).abs().max() <= 1e-10 * g_e.abs().max()
+
+
+def test_a_damaged_program_on_disk_is_compiled_again(monkeypatch, tmp_path):
+    monkeypatch.setattr(compiled, "programs_dir", lambda: tmp_path)
+    traced: list = []
+    _counting_traces(monkeypatch, traced)
+    ys_e, _, _ = _run(torch.float64, "symplectic_adjoint", False, loss_grad=False)
+    _run(torch.float64, "symplectic_adjoint", True, loss_grad=False)
+    saved = sorted(tmp_path.glob("*.bin"))
+    assert saved
+    for path in saved:
+        path.write_bytes(b"not a program")
+    _counting_traces(monkeypatch, traced)
+    first = len(traced)
+    ys_c, _, _ = _run(torch.float64, "symplectic_adjoint", True, loss_grad=False)
+    assert len(traced) == first + len(saved)
+    assert (ys_c - ys_e).abs().max() <= 1e-13
+    assert all(path.read_bytes() != b"not a program" for path in saved)
+
+
+class _OwnHamiltonian(HNN):
+    """A model class outside hnnsym: its code could change without hnnsym's source changing."""
+
+
+def test_programs_are_kept_on_disk_only_for_hnnsyms_own_code():
+    """A program's file is named by everything it depends on; a model of the user's own class
+    (whose source the name would not follow) keeps its programs in memory only."""
+    model = HNN(1).to(torch.float64)
+    y = torch.zeros(4, 2, dtype=torch.float64)
+    key = ("_steps", 0.05, 1)
+    name = compiled._disk_key(model, key, compiled._signature(model, (y,)))
+    assert name is not None
+    assert name == compiled._disk_key(model, key, compiled._signature(model, (y.clone(),)))
+    assert name != compiled._disk_key(model, ("_steps", 0.1, 1), compiled._signature(model, (y,)))
+    assert name != compiled._disk_key(model, key, compiled._signature(model, (y[:2],)))
+    assert name != compiled._disk_key(HNN(2).double(), key, compiled._signature(model, (y,)))
+    assert compiled._disk_key(_OwnHamiltonian(1), key, compiled._signature(model, (y,))) is None
