@@ -28,11 +28,11 @@ when unset, ``$TORCHINDUCTOR_CACHE_DIR`` or ``~/.cache/hnnsym/inductor`` (``$XDG
 respected), and so do whole programs, Dynamo's trace included (``_Program``, in
 ``programs_dir()``): only a machine's first run pays the full compile, and a later process loads
 a program without tracing it. The cache holds code that is loaded and run (inductor's compiled
-modules, pickled programs): it is this user's own, like the source tree, never a file handed in. Where compilation fails (no C
-compiler, an unsupported platform, a ``torch._dynamo`` error, or the backward graph, which is
-compiled on its first use and so is checked by one backward pass on a program's first call in
-grad mode) one line is logged, once per process, and this and every later solve runs eagerly
-(``sweeps`` returns None).
+modules, pickled programs): it is this user's own, like the source tree, never a file handed in.
+Where compilation fails (no C compiler, an unsupported platform, a ``torch._dynamo`` error, or the
+backward graph, which is compiled on its first use and so is checked by one backward pass on a
+program's first call in grad mode) one line is logged, once per process, and this and every later
+solve runs eagerly (``sweeps`` returns None).
 """
 
 from __future__ import annotations
@@ -227,8 +227,8 @@ class _Program:
 
     def _ahead(self, H, inputs: tuple[Tensor, ...], signature: tuple) -> Callable | None:
         """The program loaded from the disk cache, or compiled ahead and saved there; None where
-        it cannot be kept on disk (H or its code not hnnsym's, not ``_compile``'s settings) or compiling
-        ahead fails (``compiled`` then traces it, and reports a failure of its own)."""
+        it cannot be kept on disk (H or its code not hnnsym's, not ``_compile``'s settings) or
+        compiling ahead fails (``compiled`` then traces it, and reports a failure of its own)."""
         if not getattr(self.compiled, "kept_on_disk", False):  # another compiler (tests)
             return None
         key = _disk_key(H, (self.name.lstrip("_"), *self.key), signature)
