@@ -44,6 +44,7 @@ import itertools
 import logging
 import math
 import os
+import platform
 import types
 import warnings
 import weakref
@@ -262,9 +263,11 @@ def _signature(H, inputs: tuple[Tensor, ...]) -> tuple:
 
 def _disk_key(H, key: tuple, signature: tuple) -> str | None:
     """A digest of everything a program depends on, for its file in the disk cache: torch's
-    version, inductor's settings, hnnsym's source, H's structure, the program's key and its
-    tensors' signature. None where H runs code that is not hnnsym's or torch's (a model class of
-    the user's own, whose source the digest would not follow) or is not plain data."""
+    version, inductor's settings, the machine (its CPU's vector instructions, which inductor's
+    code uses, and the GPUs the tensors are on: a cache on a cluster's shared disk serves nodes
+    of several kinds), hnnsym's source, H's structure, the program's key and its tensors'
+    signature. None where H runs code that is not hnnsym's or torch's (a model class of the
+    user's own, whose source the digest would not follow) or is not plain data."""
     structure = _structure(H)
     if structure is None or any(
         not type(m).__module__.startswith(("hnnsym.", "torch.")) for m in H.modules()
@@ -272,8 +275,11 @@ def _disk_key(H, key: tuple, signature: tuple) -> str | None:
         return None
     import torch._inductor.config as inductor_config
 
+    gpus = sorted({(torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device))
+                   for *_, device, _ in signature if device.type == "cuda"})  # fmt: skip
+    machine = (platform.machine(), torch.backends.cpu.get_cpu_capability(), gpus)
     text = repr((torch.__version__, sorted(inductor_config.save_config_portable().items()),
-                 _source_digest(), structure, key, signature))  # fmt: skip
+                 machine, _source_digest(), structure, key, signature))  # fmt: skip
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -485,3 +485,13 @@ def test_programs_are_kept_on_disk_only_for_hnnsyms_own_code():
     assert name != compiled._disk_key(model, key, compiled._signature(model, (y[:2],)))
     assert name != compiled._disk_key(HNN(2).double(), key, compiled._signature(model, (y,)))
     assert compiled._disk_key(_OwnHamiltonian(1), key, compiled._signature(model, (y,))) is None
+
+
+def test_a_program_on_disk_belongs_to_the_cpu_it_was_compiled_for(monkeypatch):
+    """Inductor's code uses the CPU's vector instructions: a cache on a cluster's shared disk
+    must not give a node the programs of another kind of CPU."""
+    model = HNN(1).to(torch.float64)
+    signature = compiled._signature(model, (torch.zeros(4, 2, dtype=torch.float64),))
+    name = compiled._disk_key(model, ("_steps",), signature)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "ANOTHER_ISA")
+    assert compiled._disk_key(model, ("_steps",), signature) != name
