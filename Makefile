@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 TORCH := torch==2.13.0
 
-.PHONY: install test test-slurm lint format docs demo example-data bench bench-peer bench-step-ops gpu-check bench-train-time figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum table-chain real-data clean
+.PHONY: install test test-slurm lint format docs demo example-data bench bench-peer bench-step-ops gpu-check bench-train-time bench-compile-time figure5 table1 figures noise-sweep table-ddlm table-ddlm-two-body chain-pendulum table-chain real-data clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -70,8 +70,9 @@ figure5: install
 # Benchmarks (figures in outputs/profile/.../profile.{csv,md,png}): the headline ratios to backprop
 # at 32 and 1024 steps, the memory at 1024 and 8192 steps (keep_every=sqrt), the profile for every
 # Gauss–Legendre order, the reversible round trip at 1e6 steps, RATTLE over 1e5 steps, the
-# training time of make table1's runs against 52db500 (before the training speed-ups), and the
-# training iteration against its jitted JAX peer (bench-peer).
+# training time of make table1's runs against 52db500 (before the training speed-ups), Table 1's
+# This-work row eager against compiled (bench-compile-time), and the training iteration against
+# its jitted JAX peer (bench-peer).
 bench: install bench-peer
 	$(PY) -m hnnsym.profile 'profile.steps=[32,1024]'
 	$(call docs_table,outputs/profile/coupled_oscillator/implicit_midpoint/profile.md,profile,bench)
@@ -80,6 +81,7 @@ bench: install bench-peer
 	$(PY) benchmarks/reversible_roundtrip.py
 	$(PY) benchmarks/rattle_long_run.py
 	$(PY) benchmarks/train_time.py --before 52db500
+	$(PY) benchmarks/compile_time.py
 
 # One training iteration against the same in jitted JAX, interleaved, pinned, one thread
 # (benchmarks/peer_jax.py; outputs/bench/peer/peer.{csv,md,png}); needs the peer extra.
@@ -104,6 +106,11 @@ bench-step-ops: install
 # Training time of make table1's runs against 52db500 (before the training speed-ups) (outputs/bench/train_time)
 bench-train-time: install
 	$(PY) benchmarks/train_time.py --before 52db500
+
+# Table 1's "This work" runs (3 systems x 3 seeds, 2 workers) eager against compiled, with a fresh
+# compile cache and then a warm one (outputs/bench/compile_time; about 5 minutes on 2 cores)
+bench-compile-time: install
+	$(PY) benchmarks/compile_time.py
 
 # ---- Table 1 (Choudhary et al.) with its baselines, figures, noise sweep --------------------------------
 T1_SYSTEMS := double_well coupled_oscillator henon_heiles

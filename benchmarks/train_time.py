@@ -46,16 +46,19 @@ def _child_cpu() -> float:
 
 
 def _sweep(
-    tree: Path, methods: list[str], systems: list[str], data_dir: Path, out: Path, launcher: str
-) -> dict:
-    """One multirun process in ``tree`` with Hydra's ``launcher``; its CPU and wall seconds (CPU:
-    the process and the worker processes it waited for)."""
+    tree: Path, methods: list[str], systems: list[str], data_dir: Path, out: Path, launcher: str,
+    seeds: str = "0", overrides: tuple[str, ...] = (), env: dict[str, str] | None = None,
+) -> dict:  # fmt: skip
+    """One multirun process in ``tree`` with Hydra's ``launcher`` (runs in
+    ``out/<experiment>/<system>/seed<seed>``, ``seeds`` a comma-separated sweep, ``overrides``
+    added, ``env`` added to the environment); its CPU and wall seconds (CPU: the process and the
+    worker processes it waited for)."""
     cmd = [sys.executable, "-m", "hnnsym.train", "-m", f"experiment={','.join(methods)}",
-           f"system={','.join(systems)}", "seed=0", "noise=low", f"data_dir={data_dir}",
-           f"run_dir={out}/${{hydra:runtime.choices.experiment}}/${{system.name}}",
+           f"system={','.join(systems)}", f"seed={seeds}", "noise=low", f"data_dir={data_dir}",
+           f"run_dir={out}/${{hydra:runtime.choices.experiment}}/${{system.name}}/seed${{seed}}",
            "train.progress=false", "train.resume=false", f"hydra.sweep.dir={out}-hydra",
-           f"hydra/launcher={launcher}"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+           f"hydra/launcher={launcher}", *overrides]  # fmt: skip
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(tree)}
     cpu, wall = _child_cpu(), time.perf_counter()
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     wall, cpu = time.perf_counter() - wall, _child_cpu() - cpu
@@ -97,10 +100,10 @@ def main() -> None:
                     timing = _sweep(tree, methods, args.systems, data_dir, out, launcher)
                     processes.append({"side": side, "run": run, "launcher": launcher, **timing})
                     print(processes[-1], flush=True)
-                    for metrics in sorted(out.glob("*/*/metrics.csv")):
+                    for metrics in sorted(out.glob("*/*/seed0/metrics.csv")):
                         m = pd.read_csv(metrics)
-                        rows.append({"side": side, "run": run, "experiment": metrics.parts[-3],
-                                     "system": metrics.parts[-2], "loop_s": m["epoch_time"].sum(),
+                        rows.append({"side": side, "run": run, "experiment": metrics.parts[-4],
+                                     "system": metrics.parts[-3], "loop_s": m["epoch_time"].sum(),
                                      "best_val_loss": m["val_loss"].min(), "epochs": len(m)})  # fmt: skip
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(before)],
