@@ -61,7 +61,8 @@ from hnnsym.ode.dynamics import hamiltonian_flow, symplectic_gradient, vector_fi
 log = logging.getLogger(__name__)
 CACHE_ENV = "HNNSYM_COMPILE_CACHE"
 
-_state: dict[str, Any] = {"failed": False, "chunk_failed": False, "configured": False}
+_state: dict[str, Any] = {"failed": False, "chunk_failed": False, "configured": False,
+                          "unsaved": False}  # fmt: skip
 # {(function, tableau, h, n_q, k or plan, guesses, grad mode, H.training): program} (no guess:
 # RK2, whatever the integrator's predictor; ``_steps``: "extrapolate" only),
 # per structure of H (``_structure``), or H's own where its structure is not plain data;
@@ -251,7 +252,10 @@ class _Program:
             path.parent.mkdir(parents=True, exist_ok=True)
             program.save_compiled_function(str(path), external_data=self.closure)
         except Exception as err:  # noqa: BLE001  (a read-only cache: keep it for this process)
-            log.debug("compiled program %s not saved (%s: %s)", path, type(err).__name__, err)
+            if not _state["unsaved"]:
+                where = str(path.parent).replace("%", "%%")
+                _fail(err, "unsaved", f"compiled programs cannot be saved in {where} (%s: %s); "
+                      "each process compiles them again")  # fmt: skip
         return program
 
 
@@ -487,4 +491,4 @@ def reset() -> None:
     """Forget the compiled functions and any failure (tests; a changed compiler setting)."""
     _programs.clear()
     _shared.clear()
-    _state.update(failed=False, chunk_failed=False)
+    _state.update(failed=False, chunk_failed=False, unsaved=False)

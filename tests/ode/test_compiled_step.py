@@ -118,6 +118,7 @@ def _compile_with(monkeypatch, compile_fn) -> None:
     monkeypatch.setattr(compiled, "_shared", {})
     monkeypatch.setitem(compiled._state, "failed", False)
     monkeypatch.setitem(compiled._state, "chunk_failed", False)
+    monkeypatch.setitem(compiled._state, "unsaved", False)
 
 
 def test_compile_failure_falls_back_to_eager_with_one_notice(monkeypatch, caplog):
@@ -466,6 +467,25 @@ def test_a_damaged_program_on_disk_is_compiled_again(monkeypatch, tmp_path):
     assert len(traced) == first + len(saved)
     assert (ys_c - ys_e).abs().max() <= 1e-13
     assert all(path.read_bytes() != b"not a program" for path in saved)
+
+
+def test_a_cache_that_cannot_be_written_is_reported_once_and_the_solve_stays_compiled(
+    monkeypatch, tmp_path, caplog
+):
+    blocker = tmp_path / "a file"
+    blocker.write_text("")
+    monkeypatch.setattr(compiled, "programs_dir", lambda: blocker / "programs")
+    traced: list = []
+    _counting_traces(monkeypatch, traced)
+    with caplog.at_level(logging.WARNING, logger="hnnsym.ode.compiled"):
+        ys_c, _, _ = _run(torch.float64, "symplectic_adjoint", True, loss_grad=False)
+        ys_c2, _, _ = _run(torch.float64, "symplectic_adjoint", True, loss_grad=False)
+    ys_e, _, _ = _run(torch.float64, "symplectic_adjoint", False, loss_grad=False)
+    notices = [r.getMessage() for r in caplog.records if r.name == "hnnsym.ode.compiled"]
+    assert len(notices) == 1 and "cannot be saved" in notices[0] and "\n" not in notices[0]
+    assert str(blocker) in notices[0]
+    assert traced and not compiled._state["failed"]  # compiled, kept in memory
+    assert torch.equal(ys_c, ys_c2) and (ys_c - ys_e).abs().max() <= 1e-13
 
 
 class _OwnHamiltonian(HNN):
