@@ -19,7 +19,6 @@ the processes is part of the result). Writes ``compile_time.csv`` (one row per r
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +29,7 @@ from hnnsym.artifacts import write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_time import ROOT, SYSTEMS, _sweep  # noqa: E402  (the same multirun as train_time)
+from train_time import ROOT, SYSTEMS, _generate_missing, _sweep  # noqa: E402  (as train_time)
 
 COMPILED = ("integrator.compile=true", "integrator.compile_steps=6")
 
@@ -46,12 +45,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "compile_time")
     args = parser.parse_args()
     data_dir = args.data_dir.resolve()
-    for system in args.systems:
-        for seed in args.seeds.split(","):
-            if not (data_dir / system / "low" / f"seed{seed}.h5").exists():
-                subprocess.run([sys.executable, "-m", "hnnsym.generate", f"system={system}",
-                                "noise=low", f"seed={seed}", f"data_dir={data_dir}"],
-                               cwd=ROOT, check=True)  # fmt: skip
+    _generate_missing(data_dir, args.systems, args.seeds)
     plan = [("compiled, fresh cache", COMPILED)]
     for _ in range(args.rounds):
         plan += [("eager", ()), ("compiled, warm cache", COMPILED)]

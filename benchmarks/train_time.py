@@ -47,24 +47,35 @@ def _child_cpu() -> float:
 
 def _sweep(
     tree: Path, methods: list[str], systems: list[str], data_dir: Path, out: Path, launcher: str,
-    seeds: str = "0", overrides: tuple[str, ...] = (), env: dict[str, str] | None = None,
+    seeds: str = "0", overrides: tuple[str, ...] = (), extra_env: dict[str, str] | None = None,
 ) -> dict:  # fmt: skip
     """One multirun process in ``tree`` with Hydra's ``launcher`` (runs in
     ``out/<experiment>/<system>/seed<seed>``, ``seeds`` a comma-separated sweep, ``overrides``
-    added, ``env`` added to the environment); its CPU and wall seconds (CPU: the process and the
-    worker processes it waited for)."""
+    added, ``extra_env`` added to the environment); its CPU and wall seconds (CPU: the process and
+    the worker processes it waited for)."""
     cmd = [sys.executable, "-m", "hnnsym.train", "-m", f"experiment={','.join(methods)}",
            f"system={','.join(systems)}", f"seed={seeds}", "noise=low", f"data_dir={data_dir}",
            f"run_dir={out}/${{hydra:runtime.choices.experiment}}/${{system.name}}/seed${{seed}}",
            "train.progress=false", "train.resume=false", f"hydra.sweep.dir={out}-hydra",
            f"hydra/launcher={launcher}", *overrides]  # fmt: skip
-    env = {**os.environ, **(env or {}), "PYTHONPATH": str(tree)}
+    env = {**os.environ, **(extra_env or {}), "PYTHONPATH": str(tree)}
     cpu, wall = _child_cpu(), time.perf_counter()
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     wall, cpu = time.perf_counter() - wall, _child_cpu() - cpu
     if proc.returncode != 0:
         sys.exit(f"error: training in {tree} failed: {proc.stderr.strip().splitlines()[-1:]}")
     return {"cpu_s": cpu, "wall_s": wall}
+
+
+def _generate_missing(data_dir: Path, systems: list[str], seeds: str = "0") -> None:
+    """The noise-0.01 data files of ``systems`` × ``seeds`` (comma-separated) that
+    ``data_dir`` lacks, generated."""
+    for system in systems:
+        for seed in seeds.split(","):
+            if not (data_dir / system / "low" / f"seed{seed}.h5").exists():
+                subprocess.run([sys.executable, "-m", "hnnsym.generate", f"system={system}",
+                                "noise=low", f"seed={seed}", f"data_dir={data_dir}"],
+                               cwd=ROOT, check=True)  # fmt: skip
 
 
 def main() -> None:
@@ -80,10 +91,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "train_time")
     args = parser.parse_args()
     data_dir = args.data_dir.resolve()
-    for system in args.systems:
-        if not (data_dir / system / "low" / "seed0.h5").exists():
-            subprocess.run([sys.executable, "-m", "hnnsym.generate", f"system={system}",
-                            "noise=low", "seed=0", f"data_dir={data_dir}"], cwd=ROOT, check=True)  # fmt: skip
+    _generate_missing(data_dir, args.systems)
     processes, rows = [], []
     with tempfile.TemporaryDirectory(prefix="train_time_") as tmp:
         before = Path(tmp) / "before"

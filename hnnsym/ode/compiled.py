@@ -233,7 +233,7 @@ class _Program:
         compiling ahead fails (``compiled`` then traces it, and reports a failure of its own)."""
         if not getattr(self.compiled, "kept_on_disk", False):  # another compiler (tests)
             return None
-        key = _disk_key(H, (self.name.lstrip("_"), *self.key), signature)
+        key = _disk_key(H, self.key, signature)
         if key is None:
             return None
         path = programs_dir() / f"{key}.bin"
@@ -274,7 +274,7 @@ def _disk_key(H, key: tuple, signature: tuple) -> str | None:
     user's own, whose source the digest would not follow) or is not plain data."""
     structure = _structure(H)
     if structure is None or any(
-        not type(m).__module__.startswith(("hnnsym.", "torch.")) for m in H.modules()
+        not cls.__module__.startswith(("hnnsym.", "torch.")) for _, cls, _ in structure[0]
     ):
         return None
     import torch._inductor.config as inductor_config
