@@ -291,28 +291,30 @@ def main() -> None:
                                      check=True, capture_output=True).stdout  # fmt: skip
             subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
             trees[f"hnnsym@{args.before}"] = before
-        rows, compile_s, agree, hnnsym_compile = _measure(args, trees, Path(tmp) / "cache")
+        methods = {side: _methods(tree, args) for side, tree in trees.items()}
+        rows, compile_s, agree, hnnsym_compile = _measure(args, trees, methods, Path(tmp) / "cache")
     peak = matmul_peak()
     flops = {steps: iteration_flops(steps) for steps in args.steps}
     args.out.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame(rows)
     df.to_csv(args.out / "peer.csv", index=False)
-    md = _table(df, compile_s, agree, trees, args, hnnsym_compile)
+    md = _table(df, compile_s, agree, methods, args, hnnsym_compile)
     md += _peak_share(df, flops, peak, args)
     write_text(args.out / "peer.md", md)
     _plot(df, args.out / "peer.png")
     print(md)
 
 
-def _methods(side: str, args) -> list[str]:
-    """The method labels a side runs (each hnnsym tree: eager and compiled; the tree of
-    ``--before`` must know ``integrator.compile_steps``, unless ``--no-compiled``)."""
-    if args.no_compiled:
+def _methods(tree: Path, args) -> list[str]:
+    """The method labels an hnnsym tree runs: eager, and compiled unless ``--no-compiled`` or the
+    tree has no compiled solve (a ``--before`` commit older than ``hnnsym/ode/compiled.py``; one
+    that has it must know ``integrator.compile_steps``)."""
+    if args.no_compiled or not (tree / "hnnsym" / "ode" / "compiled.py").exists():
         return list(METHODS)
     return [*METHODS, *(m + suffix for suffix in COMPILED for m in METHODS)]
 
 
-def _measure(args, trees: dict, cache: Path) -> tuple[list[dict], dict, dict, dict]:
+def _measure(args, trees: dict, methods: dict, cache: Path) -> tuple[list[dict], dict, dict, dict]:
     import jax
 
     def start(tree: Path) -> subprocess.Popen:
@@ -343,14 +345,14 @@ def _measure(args, trees: dict, cache: Path) -> tuple[list[dict], dict, dict, di
         jax_fns[steps] = (fn, fargs)
         agree[steps] = agreement(steps)
         for side in trees:  # the first calls (the compiled ones: cold compile cache)
-            for method in _methods(side, args):
+            for method in methods[side]:
                 got = ask(side, method, steps, 1)
                 firsts[(side, method, steps)] = got["first"] - 2 * got["median"]
     hnnsym_compile = {}
     if "hnnsym" in trees and not args.no_compiled:  # a second process: warm compile cache
         workers["warm"] = start(trees["hnnsym"])
         for steps in args.steps:
-            for label in _methods("hnnsym", args)[len(METHODS) :]:
+            for label in methods["hnnsym"][len(METHODS) :]:
                 got = ask("warm", label, steps, 1)
                 hnnsym_compile[(label, steps)] = (
                     firsts[("hnnsym", label, steps)], got["first"] - 2 * got["median"]
@@ -365,7 +367,7 @@ def _measure(args, trees: dict, cache: Path) -> tuple[list[dict], dict, dict, di
             rows.append({"round": r, "side": "jax", "method": "jit", "steps": steps,
                          "seconds": time_jax(fn, fargs, args.repeats)})  # fmt: skip
             for side in trees:
-                for method in _methods(side, args):
+                for method in methods[side]:
                     sec = ask(side, method, steps, args.repeats)["median"]
                     rows.append({"round": r, "side": side, "method": method, "steps": steps,
                                  "seconds": sec})  # fmt: skip
@@ -376,7 +378,7 @@ def _measure(args, trees: dict, cache: Path) -> tuple[list[dict], dict, dict, di
     return rows, compile_s, agree, hnnsym_compile
 
 
-def _table(df, compile_s: dict, agree: dict, trees: dict, args, hnnsym_compile: dict) -> str:
+def _table(df, compile_s: dict, agree: dict, methods: dict, args, hnnsym_compile: dict) -> str:
     """Per round, each side's time over JAX's (same round); the median and range over rounds."""
     jax_t = df[df.side == "jax"].set_index(["round", "steps"]).seconds
     lines = [
@@ -390,22 +392,24 @@ def _table(df, compile_s: dict, agree: dict, trees: dict, args, hnnsym_compile: 
         "| implementation | " + " | ".join(f"{s} steps" for s in args.steps) + " |",
         "|---|" + "---|" * len(args.steps),
     ]
-    for side in trees:
-        for method in _methods(side, args):
+    for side in methods:
+        for method in methods[side]:
             cells = []
             for steps in args.steps:
                 sel = df[(df.side == side) & (df.method == method) & (df.steps == steps)]
                 ratio = sel.set_index(["round", "steps"]).seconds / jax_t
                 cells.append(f"{ratio.median():.2f} [{ratio.min():.2f}–{ratio.max():.2f}]")
             lines.append(f"| {side} {method} | " + " | ".join(cells) + " |")
-    if len(trees) > 1:
-        now, before = list(trees)
-        lines += ["", f"hnnsym now / {before} (same round):", ""]
-        for method in METHODS:
+    if len(methods) > 1:
+        now, before = list(methods)
+        lines += ["", f"hnnsym now / {before} (same round; over its eager time where that "
+                  "tree has no compiled solve):", ""]  # fmt: skip
+        for method in methods[now]:
+            base = method if method in methods[before] else method.partition(" ")[0]
             cells = []
             for steps in args.steps:
                 a = df[(df.side == now) & (df.method == method) & (df.steps == steps)]
-                b = df[(df.side == before) & (df.method == method) & (df.steps == steps)]
+                b = df[(df.side == before) & (df.method == base) & (df.steps == steps)]
                 ratio = a.set_index("round").seconds / b.set_index("round").seconds
                 cells.append(
                     f"{steps} steps {ratio.median():.2f} [{ratio.min():.2f}–{ratio.max():.2f}]"
@@ -413,7 +417,7 @@ def _table(df, compile_s: dict, agree: dict, trees: dict, args, hnnsym_compile: 
             lines.append(f"- {method}: " + ", ".join(cells))
     if hnnsym_compile:
         lines += ["", "hnnsym compiled / eager (same round):", ""]
-        for label in _methods("hnnsym", args)[len(METHODS) :]:
+        for label in methods["hnnsym"][len(METHODS) :]:
             method = label.partition(" ")[0]
             cells = []
             for steps in args.steps:

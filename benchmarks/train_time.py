@@ -21,6 +21,7 @@ shared machine compare CPU times.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import subprocess
@@ -67,6 +68,18 @@ def _sweep(
     return {"cpu_s": cpu, "wall_s": wall}
 
 
+@contextlib.contextmanager
+def worktree(commit: str, path: Path):
+    """A detached git worktree of ``commit`` at ``path``, removed on exit."""
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(path), commit],
+                   check=True)  # fmt: skip
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
+                       check=False)  # fmt: skip
+
+
 def _generate_missing(data_dir: Path, systems: list[str], seeds: str = "0") -> None:
     """The noise-0.01 data files of ``systems`` × ``seeds`` (comma-separated) that
     ``data_dir`` lacks, generated."""
@@ -94,10 +107,7 @@ def main() -> None:
     _generate_missing(data_dir, args.systems)
     processes, rows = [], []
     with tempfile.TemporaryDirectory(prefix="train_time_") as tmp:
-        before = Path(tmp) / "before"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(before),
-                        args.before], check=True)  # fmt: skip
-        try:
+        with worktree(args.before, Path(tmp) / "before") as before:
             methods = [m for m in args.experiments
                        if any((before / conf / "experiment" / f"{m}.yaml").exists()
                               for conf in ("hnnsym/conf", "conf"))]  # fmt: skip
@@ -113,9 +123,6 @@ def main() -> None:
                         rows.append({"side": side, "run": run, "experiment": metrics.parts[-4],
                                      "system": metrics.parts[-3], "loop_s": m["epoch_time"].sum(),
                                      "best_val_loss": m["val_loss"].min(), "epochs": len(m)})  # fmt: skip
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(before)],
-                           check=False)  # fmt: skip
     runs, procs = pd.DataFrame(rows), pd.DataFrame(processes)
     args.out.mkdir(parents=True, exist_ok=True)
     write_text(args.out / "train_time.csv", runs.to_csv(index=False))
