@@ -99,11 +99,17 @@ def worker() -> None:
     """Serve timing requests on stdin, one JSON line each: {"method", "steps", "repeats"} ->
     {"median": CPU seconds per iteration, "first": the first two calls' wall seconds (with
     ``compile_steps`` > 1 the first call runs eagerly and plans the chunks, the second compiles
-    them)}. Imports hnnsym from
-    PYTHONPATH (this tree or the one of ``--before``)."""
+    them)}. Imports hnnsym from PYTHONPATH (this tree or the one of ``--before``), and sets
+    glibc's allocator as hnnsym's stages do (``keep_freed_memory``) where that tree has it."""
     import torch
 
     torch.set_num_threads(1)
+    try:  # as hnnsym's stages run (a --before tree may predate it)
+        from hnnsym.config.runtime import keep_freed_memory
+    except ImportError:
+        pass
+    else:
+        keep_freed_memory()
     runs = {}
     for line in sys.stdin:
         req = json.loads(line)

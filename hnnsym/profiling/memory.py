@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import json
 import resource
@@ -14,6 +13,7 @@ from dataclasses import asdict
 
 import torch
 
+from hnnsym.config.runtime import glibc
 from hnnsym.profiling.iteration import iteration, make_inputs, make_model, make_solver, params_of
 from hnnsym.profiling.meter import MB
 from hnnsym.profiling.plan import Method, Setting
@@ -43,10 +43,8 @@ def _reset_peak_rss() -> bool:
 
 def malloc_trim() -> None:
     """Return free heap pages to the OS (glibc), so that reusing them shows up as RSS growth."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    if (libc := glibc()) is not None:
+        libc.malloc_trim(0)
 
 
 def _ru_maxrss_bytes() -> int:

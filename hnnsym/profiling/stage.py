@@ -10,6 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from hnnsym.artifacts import claim_output_dir, mark_output_dir
+from hnnsym.config.runtime import keep_freed_memory
 from hnnsym.profiling.outputs import summary_tables, write_outputs
 from hnnsym.profiling.plan import from_config
 from hnnsym.profiling.run import run_profile
@@ -34,6 +35,7 @@ def profile(cfg: DictConfig, run_dir: str | os.PathLike | None = None) -> dict[s
         notes.append(FUSED_NOTE)
     for note in notes:
         print(f"note: {note}")
+    keep_freed_memory()  # timed as the other stages run (the peak-RSS workers keep glibc's defaults)
     df, run_notes = run_profile(
         methods, setting, options, progress=lambda it: progress(it, desc="steps", leave=False)
     )
