@@ -14,8 +14,9 @@ compiled ones with the cache that the first filled; with ``--before``, each roun
 eagerly in a git worktree of that commit (c005219: the tree before the compiled solve). Measured:
 each process's wall and CPU time, and per run the training loop's seconds (metrics.csv's
 ``epoch_time`` summed), its first epoch (where a process loads or compiles its programs) and its
-best validation loss (its spread over the processes is part of the result). Writes ``compile_time.csv`` (one row per run),
-``compile_time_processes.csv`` and ``compile_time.md`` into ``--out``.
+best validation loss (its spread over the processes is part of the result). Writes
+``compile_time.csv`` (one row per run), ``compile_time_processes.csv`` and ``compile_time.md``
+into ``--out``.
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ def main() -> None:
         contextlib.ExitStack() as stack,
     ):
         env = {"HNNSYM_COMPILE_CACHE": str(Path(tmp) / "cache")}
-        trees = {before: stack.enter_context(worktree(args.before, Path(tmp) / "before"))
-                 } if args.before else {}  # fmt: skip
+        trees = {}  # mode -> the tree it trains in (else this one)
+        if args.before:
+            trees[before] = stack.enter_context(worktree(args.before, Path(tmp) / "before"))
         for i, (label, overrides) in enumerate(plan):
             out = Path(tmp) / f"process{i}"
             timing = _sweep(trees.get(label, ROOT), args.experiments, args.systems, data_dir, out,
