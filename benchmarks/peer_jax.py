@@ -33,6 +33,7 @@ Needs the ``peer`` extra: ``pip install -e '.[peer]'`` (jax[cpu], equinox, diffr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -263,7 +264,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, nargs="+", default=[6, 32, 256])  # 6: Table 1's window
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=5, help="timed iterations per round")
-    ap.add_argument("--before", help="a commit to time as well (its tree, by git archive)")
+    ap.add_argument("--before", help="a commit to time as well (its tree, in a git worktree)")
     ap.add_argument("--out", type=Path, default=ROOT / "outputs/bench/peer")
     ap.add_argument("--no-pin", action="store_true", help="do not pin to one core")
     ap.add_argument("--no-compiled", action="store_true", help="leave out hnnsym compiled")
@@ -288,14 +289,12 @@ def main() -> None:
     from hnnsym.artifacts import write_text
 
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         trees = {"hnnsym": ROOT}
         if args.before:
-            before = Path(tmp) / "before"
-            before.mkdir()
-            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.before, "hnnsym"],
-                                     check=True, capture_output=True).stdout  # fmt: skip
-            subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
+            from train_time import worktree  # the benchmarks' one way to an earlier tree
+
+            before = stack.enter_context(worktree(args.before, Path(tmp) / "before"))
             trees[f"hnnsym@{args.before}"] = before
         methods = {side: _methods(tree, args) for side, tree in trees.items()}
         rows, compile_s, agree, hnnsym_compile = _measure(args, trees, methods, Path(tmp) / "cache")
