@@ -174,6 +174,17 @@ def _steps(integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: i
     return torch.stack(states), torch.stack(stages), torch.stack(info)
 
 
+# AOT autograd's split of a grad-mode program into forward and backward: the fraction of what
+# its default min-cut partition saves for the backward that the forward may keep. Below 1 the
+# backward recomputes cheap elementwise ops (tanh and the products around it) from fewer saved
+# tensors. On the headline iteration of ``benchmarks/peer_jax.py`` (one CPU core), backprop over
+# 256 steps saved 116 MiB with the default, far more than a core's caches, and 36 MiB with 0.3;
+# reading the saved tensors back cost more than recomputing them: 0.3 took 0.87-0.96 of the
+# default's time at 32 steps and 0.88-0.91 at 256, the same at 6. At 0 (all recomputed, the
+# matrix products too) and at 0.1 the 6-step window was slower than with the default.
+ACTIVATION_MEMORY_BUDGET = 0.3
+
+
 def _compile(fn: Callable) -> Callable:
     """``torch.compile`` with static shapes and one graph (what the fallback test replaces),
     guarding tensors only (dtype, device, shape, strides, requires_grad): ``_program`` keys each
@@ -222,9 +233,13 @@ class _Program:
     def __call__(self, H, *inputs: Tensor) -> Any:
         signature = _signature(H, inputs)
         program = self.by_signature.get(signature)
-        if program is None:
-            program = self._ahead(H, inputs, signature) or self.compiled
-            self.by_signature[signature] = program
+        if program is None:  # compiled (or loaded) here, so with the partition of _compile
+            import torch._functorch.config as functorch_config
+
+            with functorch_config.patch(activation_memory_budget=ACTIVATION_MEMORY_BUDGET):
+                program = self._ahead(H, inputs, signature) or self.compiled
+                self.by_signature[signature] = program
+                return program(H, *inputs)
         return program(H, *inputs)
 
     def _ahead(self, H, inputs: tuple[Tensor, ...], signature: tuple) -> Callable | None:
@@ -267,23 +282,26 @@ def _signature(H, inputs: tuple[Tensor, ...]) -> tuple:
 
 def _disk_key(H, key: tuple, signature: tuple) -> str | None:
     """A digest of everything a program depends on, for its file in the disk cache: torch's
-    version, inductor's settings, the machine (its CPU's vector instructions, which inductor's
-    code uses, and the GPUs the tensors are on: a cache on a cluster's shared disk serves nodes
-    of several kinds), hnnsym's source, H's structure, the program's key and its tensors'
-    signature. None where H runs code that is not hnnsym's or torch's (a model class of the
+    version, inductor's and AOT autograd's settings (the partition's budget among them), the
+    machine (its CPU's vector instructions, which inductor's code uses, and the GPUs the tensors
+    are on: a cache on a cluster's shared disk serves nodes of several kinds), hnnsym's source,
+    H's structure, the program's key and its tensors' signature. None where H runs code that is not hnnsym's or torch's (a model class of the
     user's own, whose source the digest would not follow) or is not plain data."""
     structure = _structure(H)
     if structure is None or any(
         not cls.__module__.startswith(("hnnsym.", "torch.")) for _, cls, _ in structure[0]
     ):
         return None
+    import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
     gpus = sorted({(torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device))
                    for *_, device, _ in signature if device.type == "cuda"})  # fmt: skip
     machine = (platform.machine(), torch.backends.cpu.get_cpu_capability(), gpus)
-    text = repr((torch.__version__, sorted(inductor_config.save_config_portable().items()),
-                 machine, _source_digest(), structure, key, signature))  # fmt: skip
+    settings = [sorted(config.save_config_portable().items())
+                for config in (inductor_config, functorch_config)]  # fmt: skip
+    text = repr((torch.__version__, settings, machine, _source_digest(), structure, key,
+                 signature))  # fmt: skip
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
