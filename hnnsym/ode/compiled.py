@@ -179,7 +179,7 @@ def _steps(integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: i
 # backward recomputes cheap elementwise ops (tanh and the products around it) from fewer saved
 # tensors. On the headline iteration of ``benchmarks/peer_jax.py`` (one CPU core), backprop over
 # 256 steps saved 116 MiB with the default, far more than a core's caches, and 36 MiB with 0.3;
-# reading the saved tensors back cost more than recomputing them: 0.3 took 0.87-0.96 of the
+# reading the saved tensors back cost more than recomputing them: 0.3 took 0.86-0.95 of the
 # default's time at 32 steps and 0.88-0.91 at 256, the same at 6. At 0 (all recomputed, the
 # matrix products too) and at 0.1 the 6-step window was slower than with the default.
 ACTIVATION_MEMORY_BUDGET = 0.3
@@ -233,7 +233,7 @@ class _Program:
     def __call__(self, H, *inputs: Tensor) -> Any:
         signature = _signature(H, inputs)
         program = self.by_signature.get(signature)
-        if program is None:  # compiled (or loaded) here, so with the partition of _compile
+        if program is None:  # compiled or loaded here: partitioned by ACTIVATION_MEMORY_BUDGET
             import torch._functorch.config as functorch_config
 
             with functorch_config.patch(activation_memory_budget=ACTIVATION_MEMORY_BUDGET):
@@ -285,8 +285,9 @@ def _disk_key(H, key: tuple, signature: tuple) -> str | None:
     version, inductor's and AOT autograd's settings (the partition's budget among them), the
     machine (its CPU's vector instructions, which inductor's code uses, and the GPUs the tensors
     are on: a cache on a cluster's shared disk serves nodes of several kinds), hnnsym's source,
-    H's structure, the program's key and its tensors' signature. None where H runs code that is not hnnsym's or torch's (a model class of the
-    user's own, whose source the digest would not follow) or is not plain data."""
+    H's structure, the program's key and its tensors' signature. None where H runs code that is
+    not hnnsym's or torch's (a model class of the user's own, whose source the digest would not
+    follow) or is not plain data."""
     structure = _structure(H)
     if structure is None or any(
         not cls.__module__.startswith(("hnnsym.", "torch.")) for _, cls, _ in structure[0]

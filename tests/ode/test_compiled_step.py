@@ -530,7 +530,7 @@ def test_programs_are_kept_on_disk_only_for_hnnsyms_own_code():
     assert compiled._disk_key(_OwnHamiltonian(1), key, compiled._signature(model, (y,))) is None
 
 
-def test_a_program_on_disk_belongs_to_the_partition_it_was_compiled_with(monkeypatch):
+def test_a_program_on_disk_belongs_to_the_partition_it_was_compiled_with():
     """AOT autograd's settings decide what the forward saves and the backward recomputes: a
     program compiled with another memory budget is another file."""
     import torch._functorch.config as functorch_config
