@@ -196,16 +196,15 @@ def chunk_adjoint(
     R = torch.baddbmm(eye, DT.transpose(-1, -2).reshape(c * B, dim, s * dim),
                       G.reshape(c * B, s * dim, dim)).view(c, B, dim, dim)  # fmt: skip
     lams = []  # λ_{n+1} per step, last step first
-    lam = lam.unsqueeze(-1)
-    for t in reversed(range(c)):  # λ_n = R λ_{n+1}, then the loss's own jump
-        lams.append(lam)
-        lam = torch.baddbmm(jumps[t].unsqueeze(-1), R[t], lam)
+    for t in reversed(range(c)):  # λ_n = R λ_{n+1}, then the loss's own jump; R λ as a product
+        lams.append(lam)  # and a sum, which a compiled chunk fuses into one loop (a batched
+        lam = jumps[t] + (R[t] * lam.unsqueeze(-2)).sum(-1)  # product there: 17 µs per step)
     param_grads: list[Tensor | None] = []
     if params:
-        lams_in_order = torch.stack(lams[::-1])  # (c, B, n, 1)
+        lams_in_order = torch.stack(lams[::-1]).unsqueeze(-1)  # (c, B, n, 1)
         mus = (G @ lams_in_order).view(c, B, s, dim).permute(2, 0, 1, 3).reshape(s * c * B, dim)
         param_grads = field.param_vjp(mus)
-    return lam.squeeze(-1), param_grads
+    return lam, param_grads
 
 
 def _inverse_2x2(M: Tensor) -> Tensor:
