@@ -337,8 +337,10 @@ class MLPLinearization:
     forward as ż_i = W_i ȧ_{i−1}, ȧ_i = s_i ż_i (ȧ_0 = ν) and back as r_L = t_L u_L ż_L,
     r_i = t_i u_i ż_i + s_i W_{i+1}ᵀ r_{i+1}: then ∇²H ν = W_1ᵀ r_1 and
     ∂/∂W_i Σ ν·∇H = (s_i u_i) ȧ_{i−1}ᵀ + r_i a_{i−1}ᵀ, ∂/∂b_i = r_i, ∂/∂w = ȧ_L (b_out: none).
-    The Hessian is that product for ν = each unit vector (``hessian=False``: not computed; the
-    backward of ``_MLPGradient`` uses the rest). Nothing here records a graph."""
+    The Hessian is that product for ν = each unit vector, or, in a compiled program,
+    Σ_i J_iᵀ diag(t_i u_i) J_i (``_hessian_from_tangents``), whose tangents
+    ``directional_gradient_vjp`` then reuses (``hessian=False``: not computed; the backward of
+    ``_MLPGradient`` uses the rest). Nothing here records a graph."""
 
     def __init__(self, net: nn.Sequential, x: Tensor, hessian: bool = True, curvature: bool = True):
         with torch.no_grad():  # a block, not a decorator: torch.compile traces it (compiled.chunk)
@@ -371,13 +373,41 @@ class MLPLinearization:
         if not curvature:  # t_i u_i not formed: the caller completes it (``_tanh_completed``)
             self.outputs = outputs
             return
-        if hessian:  # ∇²H e_k for each unit vector e_k, one at a time (stacking them measured
-            columns = []  # slower on CPU)
-            for k in range(x.shape[-1]):  # ż_1 = W_1 e_k: a column of W_1, no product
-                column = self.weights[0][:, k].expand(x.shape[0], -1).contiguous()
-                z_dots, _ = self._tangent(None, column)
-                columns.append(_narrow_product(self._back(z_dots)[0], self.weights[0]))
-            self.hessian = torch.stack(columns, -1)  # symmetric: [m, k, l] = [m, l, k]
+        if not hessian:
+            return
+        if torch.compiler.is_compiling():  # a compiled chunk: fewer products, fused elementwise
+            self.hessian = self._hessian_from_tangents(x.shape[0], x.shape[-1])
+            return
+        columns = []  # ∇²H e_k for each unit vector e_k, one at a time (stacking them measured
+        for k in range(x.shape[-1]):  # slower on CPU); ż_1 = W_1 e_k: a column of W_1, no product
+            column = self.weights[0][:, k].expand(x.shape[0], -1).contiguous()
+            z_dots, _ = self._tangent(None, column)
+            columns.append(_narrow_product(self._back(z_dots)[0], self.weights[0]))
+        self.hessian = torch.stack(columns, -1)  # symmetric: [m, k, l] = [m, l, k]
+
+    def _hessian_from_tangents(self, M: int, n: int) -> Tensor:
+        """∇²H = Σ_i J_iᵀ diag(t_i u_i) J_i (M, n, n), with J_i = ∂z_i/∂x, whose column k is the
+        forward tangent ż_i of e_k: z_i is linear in a_{i−1}, so all curvature is the
+        activations'. Layer 1's J_1 = W_1 is the same for every state: its term is one product,
+        (t_1 u_1) (W_1[:, j] ⊙ W_1[:, k]). The other layers' ż come from one forward tangent pass
+        per input (ż_1 = W_1 e_k, no product), and no backward pass. Half the matrix products of
+        the columns of eager code, plus elementwise sums over the widths: in a compiled chunk of
+        the headline network (4096 states) 0.8-0.9 of its time with the tangents' reuse in
+        ``directional_gradient_vjp``; run eagerly, those sums made the chunk 1.06-1.19x slower."""
+        w1 = self.weights[0]
+        tangents = [self._tangent(None, w1[:, k].expand(M, -1))[0][1:] for k in range(n)]
+        self._unit_tangents = tangents  # J_i's columns: ``directional_gradient_vjp`` reuses them
+        pairs = [(j, k) for j in range(n) for k in range(j, n)]
+        outer = torch.stack([w1[:, j] * w1[:, k] for j, k in pairs], 1)  # (width_1, pairs)
+        first = _narrow_product(self.ucurv[0], outer)
+        entries: dict[tuple[int, int], Tensor] = {}
+        for column, (j, k) in enumerate(pairs):
+            entry = first[:, column]
+            for curvature, zj, zk in zip(self.ucurv[1:], tangents[j], tangents[k]):
+                entry = entry + (curvature * zj * zk).sum(-1)
+            entries[j, k] = entries[k, j] = entry
+        rows = [torch.stack([entries[j, k] for k in range(n)], -1) for j in range(n)]
+        return torch.stack(rows, -2)  # symmetric: [m, j, k] = [m, k, j]
 
     @classmethod
     def restore(
@@ -396,7 +426,8 @@ class MLPLinearization:
 
     def kept(self) -> list[Tensor]:
         """The tensors this object holds (for memory meters)."""
-        return [*self.inputs, *self.slopes, *self.ucurv, *self.chain, self.hessian]
+        units = [z for columns in getattr(self, "_unit_tangents", None) or () for z in columns]
+        return [*self.inputs, *self.slopes, *self.ucurv, *self.chain, self.hessian, *units]
 
     def _tangent(
         self, nu: Tensor | None, z_dot: Tensor | None = None
@@ -439,9 +470,18 @@ class MLPLinearization:
 
     def directional_gradient_vjp(self, nu: Tensor) -> list[Tensor | None]:
         """∂/∂θ Σ_m ν_m·∇H(x_m) for each of the net's ``parameters()``, in order (None for the
-        output bias, on which ∇H does not depend)."""
+        output bias, on which ∇H does not depend). After ``_hessian_from_tangents``,
+        ż_i = Σ_k ν_k J_i e_k per state from its tangents, elementwise, in place of the products
+        of a forward tangent pass."""
         with torch.no_grad():
-            z_dots, a_dots = self._tangent(nu)
+            units = getattr(self, "_unit_tangents", None)
+            if units is None:
+                z_dots, a_dots = self._tangent(nu)
+            else:  # ż_i = J_i ν per state, from the Hessian's columns of J_i: no product
+                z_dots = [F.linear(nu, self.weights[0])]
+                for i in range(1, len(self.weights)):
+                    z_dots.append(sum(nu[:, k, None] * units[k][i - 1] for k in range(len(units))))
+                a_dots = [nu, *(s * z for s, z in zip(self.slopes, z_dots))]
             return self._parameter_gradients(a_dots, self._back(z_dots))
 
 

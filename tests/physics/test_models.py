@@ -57,16 +57,22 @@ def test_separable_closed_form_gradient(kinetic):
 
 
 # ---- second order in closed form: what the symplectic adjoint's direct solve takes ------------
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 @pytest.mark.parametrize("d", [1, 2, 3])
-def test_closed_form_hessian_and_parameter_vjp_are_autograds(activation, d):
+def test_closed_form_hessian_and_parameter_vjp_are_autograds(activation, d, traced, monkeypatch):
     """∇²H and ∂/∂θ Σ ν·∇H of ``MLPLinearization`` against autograd's double backward, to
-    rounding in float64; large inputs put softplus above its threshold and tanh near saturation."""
+    rounding in float64; large inputs put softplus above its threshold and tanh near saturation.
+    ``traced``: the form a compiled chunk traces (the Hessian from forward tangents alone, which
+    the parameter VJP reuses), run eagerly here."""
     torch.manual_seed(d)
     H = HNN(d, hidden=(8, 16, 8), activation=activation).double()
     y = 3 * torch.randn(40, 2 * d, dtype=F64)
     nu = torch.randn(40, 2 * d, dtype=F64)
-    closed = H.energy_linearization(y)
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.compiler, "is_compiling", lambda: traced)
+        closed = H.energy_linearization(y)
+    assert (getattr(closed, "_unit_tangents", None) is not None) == traced
     y_ = y.clone().requires_grad_(True)
     grad = torch.autograd.grad(H(y_).sum(), y_, create_graph=True)[0]
     hessian = torch.stack(
