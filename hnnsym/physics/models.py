@@ -350,6 +350,7 @@ class MLPLinearization:
         layers = list(net)
         linears = layers[0:-1:2]
         self.weights = [lin.weight for lin in linears]
+        self._unit_tangents: list[list[Tensor]] | None = None  # ``_hessian_from_tangents``
         # kept per layer i = 1..L: a_{i−1}, s_i, t_i u_i and s_i u_i, (M, width) each
         self.inputs, self.slopes, zs = [x], [], []
         for lin, act in zip(linears, layers[1::2]):
@@ -395,7 +396,7 @@ class MLPLinearization:
         compiled chunk of the symplectic adjoint (8 steps of the headline network at batch 512)
         took 0.87-0.89 of its time with this alone, 0.80-0.81 with the tangents' reuse in
         ``directional_gradient_vjp`` and R as a product and a sum (``chunk_adjoint``). Run
-        eagerly, the sums made the chunk 1.06-1.19x slower, so eager code keeps the columns."""
+        eagerly, the three made the chunk 1.06-1.19x slower, so eager code keeps the columns."""
         w1 = self.weights[0]
         tangents = [self._tangent(None, w1[:, k].expand(M, -1))[0][1:] for k in range(n)]
         self._unit_tangents = tangents  # J_i's columns: ``directional_gradient_vjp`` reuses them
@@ -424,11 +425,12 @@ class MLPLinearization:
         self = cls.__new__(cls)
         self.weights, self.inputs, self.slopes = list(weights), list(inputs), list(slopes)
         self.ucurv, self.chain = list(ucurv), list(chain)
+        self._unit_tangents = None
         return self
 
     def kept(self) -> list[Tensor]:
         """The tensors this object holds (for memory meters)."""
-        units = [z for columns in getattr(self, "_unit_tangents", None) or () for z in columns]
+        units = [z for columns in self._unit_tangents or () for z in columns]
         return [*self.inputs, *self.slopes, *self.ucurv, *self.chain, self.hessian, *units]
 
     def _tangent(
@@ -476,7 +478,7 @@ class MLPLinearization:
         ż_i = Σ_k ν_k J_i e_k per state from its tangents, elementwise, in place of the products
         of a forward tangent pass."""
         with torch.no_grad():
-            units = getattr(self, "_unit_tangents", None)
+            units = self._unit_tangents
             if units is None:
                 z_dots, a_dots = self._tangent(nu)
             else:  # ż_i = J_i ν per state, from the Hessian's columns of J_i: no product
