@@ -130,6 +130,7 @@ def _compile_with(monkeypatch, compile_fn) -> None:
     no earlier failure."""
     monkeypatch.setattr(compiled, "_compile", compile_fn)
     monkeypatch.setattr(compiled, "_programs", compiled.weakref.WeakKeyDictionary())
+    monkeypatch.setattr(compiled, "_modules", compiled.weakref.WeakKeyDictionary())
     monkeypatch.setattr(compiled, "_shared", {})
     monkeypatch.setitem(compiled._state, "failed", False)
     monkeypatch.setitem(compiled._state, "chunk_failed", False)
@@ -429,6 +430,35 @@ def test_models_of_one_structure_share_programs():
     assert (g_c - g_e).abs().max() <= 1e-10 * g_e.abs().max()
     assert (ys_e - _run(torch.float64, "backprop", False)[0]).abs().max() > 1e-3  # other weights
     assert compiled._programs_of(HNN(1, periodic=[0]).to(torch.float64)) is not programs
+
+
+def test_a_parameter_replaced_after_the_first_call_gets_a_program_of_its_own(monkeypatch):
+    """H's modules are listed once (``compiled._modules_of``), its tensors read from them on every
+    call: a weight swapped for a frozen copy after the first solve changes the signature, so the
+    next solve runs a program for it (here the traced function itself, no compiler) and matches
+    the eager solve of the swapped model, whose frozen weight has no gradient."""
+    _compile_with(monkeypatch, lambda fn: fn)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        model = HNN(1).to(torch.float64)
+    _, y0 = _problem(torch.float64)
+    integ = get_integrator("implicit_midpoint", compile=True)
+    solve(model, y0, H_STEP, STEPS, integ, "backprop")
+    programs = compiled._programs_of(model)
+    before = {key: set(program.by_signature) for key, program in programs.items()}
+    first = model.net[0]
+    first.weight = torch.nn.Parameter(first.weight.detach().clone(), requires_grad=False)
+    results = []
+    for compile_ in (True, False):
+        integrator = get_integrator("implicit_midpoint", compile=compile_)
+        ys = solve(model, y0, H_STEP, STEPS, integrator, "backprop").ys
+        grads = torch.autograd.grad((ys**2).sum(), [first.bias, model.net[2].weight])
+        results.append((ys.detach(), torch.cat([g.ravel() for g in grads])))
+    assert first.weight.grad is None
+    assert any(set(programs[key].by_signature) - signatures for key, signatures in before.items())
+    (ys_c, g_c), (ys_e, g_e) = results
+    assert (ys_c - ys_e).abs().max() <= 1e-13
+    assert (g_c - g_e).abs().max() <= 1e-10 * g_e.abs().max()
 
 
 _COMPILE = compiled._compile
