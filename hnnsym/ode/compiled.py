@@ -290,8 +290,9 @@ def _signature(H, inputs: tuple[Tensor, ...]) -> tuple:
 
 
 def _modules_of(H) -> tuple[torch.nn.Module, ...]:
-    """H's modules, listed on its first call (as its structure is, ``_programs_of``); none for
-    an H that is not a module or cannot be referenced weakly (then listed on every call)."""
+    """H's modules, listed on its first call (as its structure is read then, ``_programs_of``):
+    none where H is not a module; listed again on every call where H cannot be referenced
+    weakly."""
     if not isinstance(H, torch.nn.Module):
         return ()
     modules = _modules.get(H)

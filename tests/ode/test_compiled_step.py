@@ -436,7 +436,7 @@ def test_a_parameter_replaced_after_the_first_call_gets_a_program_of_its_own(mon
     """H's modules are listed once (``compiled._modules_of``), its tensors read from them on every
     call: a weight swapped for a frozen copy after the first solve changes the signature, so the
     next solve runs a program for it (here the traced function itself, no compiler) and matches
-    the eager solve of the swapped model, whose frozen weight has no gradient."""
+    the eager solve of the swapped model."""
     _compile_with(monkeypatch, lambda fn: fn)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(3)
@@ -454,7 +454,6 @@ def test_a_parameter_replaced_after_the_first_call_gets_a_program_of_its_own(mon
         ys = solve(model, y0, H_STEP, STEPS, integrator, "backprop").ys
         grads = torch.autograd.grad((ys**2).sum(), [first.bias, model.net[2].weight])
         results.append((ys.detach(), torch.cat([g.ravel() for g in grads])))
-    assert first.weight.grad is None
     assert any(set(programs[key].by_signature) - signatures for key, signatures in before.items())
     (ys_c, g_c), (ys_e, g_e) = results
     assert (ys_c - ys_e).abs().max() <= 1e-13
