@@ -129,8 +129,7 @@ def _compile_with(monkeypatch, compile_fn) -> None:
     """``compiled._compile`` replaced by ``compile_fn``, from a clean slate: no programs kept and
     no earlier failure."""
     monkeypatch.setattr(compiled, "_compile", compile_fn)
-    monkeypatch.setattr(compiled, "_programs", compiled.weakref.WeakKeyDictionary())
-    monkeypatch.setattr(compiled, "_modules", compiled.weakref.WeakKeyDictionary())
+    monkeypatch.setattr(compiled, "_models", compiled.weakref.WeakKeyDictionary())
     monkeypatch.setattr(compiled, "_shared", {})
     monkeypatch.setitem(compiled._state, "failed", False)
     monkeypatch.setitem(compiled._state, "chunk_failed", False)
@@ -433,7 +432,7 @@ def test_models_of_one_structure_share_programs():
 
 
 def test_a_parameter_replaced_after_the_first_call_gets_a_program_of_its_own(monkeypatch):
-    """H's modules are listed once (``compiled._modules_of``), its tensors read from them on every
+    """H's modules are listed once (``compiled._first_read``), its tensors read from them on every
     call: a weight swapped for a frozen copy after the first solve changes the signature, so the
     next solve runs a program for it (here the traced function itself, no compiler) and matches
     the eager solve of the swapped model."""
