@@ -184,14 +184,21 @@ def chunk_adjoint(
     # (I − h P) μ = h (b ⊗ λ) per step; row (j, m), column (i, k): h A[i, j, m] D_i[k, m].
     # The matrices do not depend on λ: μ = G λ with G = (I − h P)⁻¹ h (b ⊗ I), and
     # λ_n = λ + Σ_i Df(Y_i)ᵀ μ_i = R λ with R = I + Dᵀ G, all the chunk's steps at once.
-    P = torch.einsum("ijm,itbkm->tbjmik", A, D).reshape(c, B, s * dim, s * dim)
-    M = torch.eye(s * dim, dtype=Y.dtype, device=Y.device) - h * P
-    hb = (h * b).reshape(s * dim, 1) * eye.repeat(s, 1)  # (s·dim, dim)
-    if s * dim == 2:  # one stage, d = 1 (implicit midpoint on a 1-DOF system): Cramer's rule
-        G = _inverse_2x2(M) @ hb
+    if s == 1 and not torch.compiler.is_compiling():  # eagerly, one stage: P = Dᵀ with row m
+        # scaled by a_m, and h (b ⊗ I) = diag(h b) scales G's columns (no einsum, no LU solve;
+        # a compiled chunk keeps the general form: it measured no faster there)
+        M = torch.addcmul(eye, A[0, 0, :, None], D[0].transpose(-1, -2), value=-h)
+        inverse = _inverse_2x2(M) if dim == 2 else torch.linalg.inv_ex(M).inverse
+        G = inverse * (h * b[0])
     else:
-        LU, pivots = torch.linalg.lu_factor(M)
-        G = torch.linalg.lu_solve(LU, pivots, hb.expand(c, B, s * dim, dim))
+        P = torch.einsum("ijm,itbkm->tbjmik", A, D).reshape(c, B, s * dim, s * dim)
+        M = torch.eye(s * dim, dtype=Y.dtype, device=Y.device) - h * P
+        hb = (h * b).reshape(s * dim, 1) * eye.repeat(s, 1)  # (s·dim, dim)
+        if s * dim == 2:  # one stage, d = 1 (implicit midpoint on a 1-DOF system): Cramer's rule
+            G = _inverse_2x2(M) @ hb
+        else:
+            LU, pivots = torch.linalg.lu_factor(M)
+            G = torch.linalg.lu_solve(LU, pivots, hb.expand(c, B, s * dim, dim))
     DT = D.permute(1, 2, 0, 3, 4).reshape(c, B, s * dim, dim)  # [t, b, (i, k), m]
     # R = I + DTᵀ G: in a compiled chunk as a product and a sum over (i, k), which inductor fuses
     # (a batched product is a library call there, 87 µs at 4096 2 × 2 matrices); eagerly as one
@@ -202,9 +209,12 @@ def chunk_adjoint(
         R = torch.baddbmm(eye, DT.transpose(-1, -2).reshape(c * B, dim, s * dim),
                           G.reshape(c * B, s * dim, dim)).view(c, B, dim, dim)  # fmt: skip
     lams = []  # λ_{n+1} per step, last step first
-    for t in reversed(range(c)):  # λ_n = R λ_{n+1}, then the loss's own jump; R λ as a product
-        lams.append(lam)  # and a sum, which a compiled chunk fuses into one loop (a batched
-        lam = jumps[t] + (R[t] * lam.unsqueeze(-2)).sum(-1)  # product there: 17 µs per step)
+    for t in reversed(range(c)):  # λ_n = R λ_{n+1} + the loss's own jump: compiled, a product
+        lams.append(lam)  # and a sum that fuse into one loop (a batched product is a 17 µs
+        if torch.compiler.is_compiling():  # library call per step there); eagerly, one baddbmm
+            lam = jumps[t] + (R[t] * lam.unsqueeze(-2)).sum(-1)
+        else:
+            lam = torch.baddbmm(jumps[t].unsqueeze(-1), R[t], lam.unsqueeze(-1)).squeeze(-1)
     param_grads: list[Tensor | None] = []
     if params:
         lams_in_order = torch.stack(lams[::-1]).unsqueeze(-1)  # (c, B, n, 1)
