@@ -27,6 +27,9 @@ from hnnsym.physics.models import MODELS
 
 # Keys of a model config that label it and are not constructor arguments.
 MODEL_LABELS = ("name",)
+# Constructor arguments that only set the initial weights: a trained model is the same model
+# whatever they were, so a checkpoint matches a config that differs in them (or lacks them).
+INITIAL_WEIGHT_KEYS = ("output_gain",)
 
 
 def instantiate(node: Mapping[str, Any] | DictConfig, key: str, *args: Any, **kwargs: Any) -> Any:
@@ -156,8 +159,12 @@ def same_model(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     of a constrained model from before ``system_params`` (the chain's spatial / graph /
     parameter_seed) matches a current one on everything else: both give the chain of the data's
     dim, whose parameters train checks against the data file, and the stages rebuild a trained
-    model from its checkpoint's own config. ``periodic: null`` matches any ``periodic``."""
+    model from its checkpoint's own config. ``periodic: null`` matches any ``periodic``, and
+    ``INITIAL_WEIGHT_KEYS`` are not compared."""
     a, b = dict(a), dict(b)
+    for key in INITIAL_WEIGHT_KEYS:
+        a.pop(key, None)
+        b.pop(key, None)
     # periodic: null (the model configs' default) asks for the data file's angles, which train
     # writes into the checkpoint's config, so it matches any; a config without the key has none
     periodic = [a.pop("periodic", []), b.pop("periodic", [])]

@@ -53,8 +53,9 @@ class DissipativeHNN(HNN):
         damping_hidden: Sequence[int] = (16,),
         damping_init: float = 0.01,
         periodic: Sequence[int] | None = (),
+        output_gain: float = 1.0,
     ):
-        super().__init__(dim, hidden, activation, periodic)
+        super().__init__(dim, hidden, activation, periodic, output_gain)
         if damping not in DAMPING_KINDS:
             raise ValueError(f"damping must be one of {DAMPING_KINDS}, got {damping!r}")
         if damping_on not in DAMPING_ON:

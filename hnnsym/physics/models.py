@@ -40,17 +40,32 @@ NARROW = 4  # products with at most this many output columns run transposed (_na
 
 
 def mlp(
-    n_in: int, hidden: Sequence[int], activation: str = "tanh", n_out: int = 1
+    n_in: int,
+    hidden: Sequence[int],
+    activation: str = "tanh",
+    n_out: int = 1,
+    output_gain: float = 1.0,
 ) -> nn.Sequential:
-    """n_in -> hidden... -> n_out, smooth activation (H must be twice differentiable)."""
+    """n_in -> hidden... -> n_out, smooth activation (H must be twice differentiable).
+
+    Every layer starts from PyTorch's default draw (U(±1/√fan_in)); ``output_gain`` then
+    multiplies the last layer's weight and bias, so the net starts with outputs (and gradients)
+    that many times larger. The draws are the same for every gain."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
+    if not (math.isfinite(output_gain) and output_gain > 0):
+        raise ValueError(f"output_gain must be finite and > 0, got {output_gain}")
     layers: list[nn.Module] = []
     width = n_in
     for h in hidden:
         layers += [nn.Linear(width, h), ACTIVATIONS[activation]()]
         width = h
-    layers.append(nn.Linear(width, n_out))
+    last = nn.Linear(width, n_out)
+    if output_gain != 1.0:
+        with torch.no_grad():
+            last.weight.mul_(output_gain)
+            last.bias.mul_(output_gain)
+    layers.append(last)
     return nn.Sequential(*layers)
 
 
@@ -592,8 +607,9 @@ class HNN(nn.Module):
     """H_θ(q, p) as one MLP over the whole state (Choudhary et al.: 2d -> 16 -> 32 -> 16 -> 1, tanh).
 
     ``periodic``: the positions that are angles; the MLP sees (cos q_i, sin q_i) in place of q_i
-    (``PeriodicInputs``), so H is exactly 2π-periodic in them. ``energy_gradient`` and
-    ``energy_linearization`` may answer None (an activation without a closed form): autograd then."""
+    (``PeriodicInputs``), so H is exactly 2π-periodic in them. ``output_gain``: the last layer's
+    initial weights times it (``mlp``). ``energy_gradient`` and ``energy_linearization`` may
+    answer None (an activation without a closed form): autograd then."""
 
     capabilities = frozenset(
         {Capability.HAMILTONIAN, Capability.ENERGY_GRADIENT, Capability.ENERGY_LINEARIZATION}
@@ -605,12 +621,13 @@ class HNN(nn.Module):
         hidden: Sequence[int] = (16, 32, 16),
         activation: str = "tanh",
         periodic: Sequence[int] | None = (),
+        output_gain: float = 1.0,
     ):
         super().__init__()
         self.dim = dim
         self.periodic = periodic_indices(periodic, dim)
         self.inputs = PeriodicInputs(2 * dim, self.periodic)
-        self.net = mlp(self.inputs.n_out, hidden, activation)
+        self.net = mlp(self.inputs.n_out, hidden, activation, output_gain=output_gain)
 
     def forward(self, y: Tensor) -> Tensor:
         return self.net(self.inputs(y)).squeeze(-1)
@@ -644,6 +661,10 @@ class SeparableHNN(nn.Module):
     ``kinetic="mlp"`` learns T with its own MLP; ``kinetic="mass"`` fixes T = |p|^2 / (2m) with a
     learned mass m = exp(log_mass). Separability lets leapfrog and symplectic Euler run explicitly.
     ``periodic``: the positions that are angles; V's MLP sees (cos q_i, sin q_i) for them.
+    ``output_gain``: both MLPs' last layers start that many times larger (``mlp``). With the
+    default init (gain 1) a tanh V of one coordinate can stall: on the double well (V' from −10
+    to 10 over the box) Adam fits the steep walls and leaves V' ≈ 0 between the wells; a gain of
+    4 lets it fit the barrier (docs/papers/table1.md).
     """
 
     capabilities = frozenset({
@@ -658,6 +679,7 @@ class SeparableHNN(nn.Module):
         activation: str = "tanh",
         kinetic: str = "mlp",
         periodic: Sequence[int] | None = (),
+        output_gain: float = 1.0,
     ):
         super().__init__()
         if kinetic not in ("mlp", "mass"):
@@ -666,9 +688,9 @@ class SeparableHNN(nn.Module):
         self.kinetic_kind = kinetic
         self.periodic = periodic_indices(periodic, dim)
         self.inputs = PeriodicInputs(dim, self.periodic)
-        self.potential_net = mlp(self.inputs.n_out, hidden, activation)
+        self.potential_net = mlp(self.inputs.n_out, hidden, activation, output_gain=output_gain)
         if kinetic == "mlp":
-            self.kinetic_net = mlp(dim, hidden, activation)
+            self.kinetic_net = mlp(dim, hidden, activation, output_gain=output_gain)
         else:
             self.log_mass = nn.Parameter(torch.zeros(()))
 
@@ -730,12 +752,15 @@ class NODE(nn.Module):
         hidden: Sequence[int] = (16, 32, 16),
         activation: str = "tanh",
         periodic: Sequence[int] | None = (),
+        output_gain: float = 1.0,
     ):
         super().__init__()
         self.dim = dim
         self.periodic = periodic_indices(periodic, dim)
         self.inputs = PeriodicInputs(2 * dim, self.periodic)
-        self.net = mlp(self.inputs.n_out, hidden, activation, n_out=2 * dim)
+        self.net = mlp(
+            self.inputs.n_out, hidden, activation, n_out=2 * dim, output_gain=output_gain
+        )
 
     def forward(self, y: Tensor) -> Tensor:
         return self.net(self.inputs(y))
