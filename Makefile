@@ -147,6 +147,7 @@ table1: install
 	$(PY) -m hnnsym.evaluate -m experiment=$(T1_METHODS) $(T1_AXES) eval.figures=false $(T1_LAUNCHER)
 	$(PY) -m hnnsym.table1 report.runs=outputs/table1
 	$(call docs_table,results/table1.md,table1,table1)
+	$(PY) benchmarks/potential_floor.py $(foreach k,$(T1_SEEDS),data/double_well/low/seed$(k).h5)
 
 figures: install
 	$(call generate_missing,low)
