@@ -53,7 +53,8 @@ def mlp(
     that many times larger. The draws are the same for every gain."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
-    if not (math.isfinite(output_gain) and output_gain > 0):
+    numeric = isinstance(output_gain, (int, float)) and not isinstance(output_gain, bool)
+    if not (numeric and math.isfinite(output_gain) and output_gain > 0):
         raise ValueError(f"output_gain must be finite and > 0, got {output_gain}")
     layers: list[nn.Module] = []
     width = n_in
@@ -664,7 +665,7 @@ class SeparableHNN(nn.Module):
     ``output_gain``: both MLPs' last layers start that many times larger (``mlp``). With the
     default init (gain 1) a tanh V of one coordinate can stall: on the double well (V' from −10
     to 10 over the box) Adam fits the steep walls and leaves V' ≈ 0 between the wells; a gain of
-    4 lets it fit the barrier (docs/papers/table1.md).
+    4–10 lets it fit the barrier (docs/papers/table1.md).
     """
 
     capabilities = frozenset({

@@ -148,7 +148,7 @@ def test_output_gain_scales_only_the_last_layers_with_the_same_draws(cls):
         assert torch.equal(scaled.state_dict()[name], value * factor), name
 
 
-@pytest.mark.parametrize("gain", [0.0, -1.0, float("nan"), float("inf")])
+@pytest.mark.parametrize("gain", [0.0, -1.0, float("nan"), float("inf"), "4", True])
 def test_output_gain_must_be_positive_and_finite(gain):
     with pytest.raises(ValueError, match="output_gain"):
         HNN(1, (8,), output_gain=gain)
