@@ -25,6 +25,7 @@ STAGE_SECTIONS = {
 CASES = [(stage, None) for stage in STAGE_SECTIONS] + [
     ("generate", "demo"), ("train", "demo"), ("evaluate", "demo"),
     ("train", "table1_nssnn"), ("evaluate", "table1_node"),
+    ("train", "double_well_separable"), ("evaluate", "double_well_separable"),
 ]  # fmt: skip
 
 

@@ -524,3 +524,31 @@ def test_settings_of_one_method_get_their_own_line_label():
     labels = setting_labels(table, ["train.epochs"])
     assert list(labels) == ["This work", "This work, train.epochs=100", "SHNN", "This work"]
     assert list(setting_labels(table)) == list(table["method"])
+
+
+def test_the_double_well_with_a_separable_h_is_the_paper_time_recipe_with_its_structure(
+    compose_config,
+):
+    """experiment=double_well_separable (docs/papers/table1.md): table1_paper_time's optimiser and
+    weight mean, a separable H with a learned mass and a 4x output layer, windows of 16, 100
+    epochs, the mean from 50, its own run directory."""
+    cfg = compose_config("train", ["experiment=double_well_separable", "seed=1"])
+    paper_time = compose_config("train", ["experiment=table1_paper_time", "system=double_well"])
+    assert cfg.system.name == "double_well"
+    assert cfg.model._target_ == "hnnsym.physics.models.SeparableHNN"
+    assert (cfg.model.kinetic, cfg.model.output_gain, list(cfg.model.hidden)) == (
+        "mass",
+        4,
+        [32, 32, 32],
+    )
+    assert (cfg.train.window, cfg.train.epochs, cfg.train.ema, cfg.train.ema_start) == (
+        16,
+        100,
+        1.0,
+        50,
+    )
+    assert cfg.train.early_stop.patience >= cfg.train.epochs
+    for key in ("schedule", "lr", "batch_size", "init"):
+        assert cfg.train[key] == paper_time.train[key], key
+    assert (cfg.integrator.name, cfg.gradient.name) == ("implicit_midpoint", "symplectic_adjoint")
+    assert cfg.run_dir.startswith("outputs/table1/separable/") and cfg.run_dir != paper_time.run_dir
