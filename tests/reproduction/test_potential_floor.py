@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load_benchmark
 
 from hnnsym.errors import UserError
 from hnnsym.generate import generate
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def double_well_file(compose_config, tmp_path: Path, noise: str) -> Path:
@@ -30,13 +21,13 @@ def double_well_file(compose_config, tmp_path: Path, noise: str) -> Path:
 def test_clean_trajectories_give_the_double_well_to_the_integrators_bias(compose_config, tmp_path):
     """Noise-free data: the fitted V is the true one up to learning it through implicit midpoint
     at h = 0.01 (about 4e-5 on Table 1's data); a wrong sign or step would be O(1)."""
-    rows = load("potential_floor").floor_rows(
+    rows = load_benchmark("potential_floor").floor_rows(
         double_well_file(compose_config, tmp_path, "none"), [4, 12]
     )
     assert [r["degree"] for r in rows] == [4, 12]
     assert all(r["trajectories"] == 128 and r["steps"] == 32 for r in rows)
     assert all(r["h_l1"] < 1e-4 for r in rows), rows
-    noisy = load("potential_floor").floor_rows(
+    noisy = load_benchmark("potential_floor").floor_rows(
         double_well_file(compose_config, tmp_path, "high"), [4]
     )
     assert noisy[0]["noise_std"] > 0 and noisy[0]["h_l1"] > 10 * rows[0]["h_l1"]
@@ -45,4 +36,4 @@ def test_clean_trajectories_give_the_double_well_to_the_integrators_bias(compose
 def test_a_system_of_two_degrees_of_freedom_is_refused(tiny_dataset):
     path = tiny_dataset(system="henon_heiles", dim=2)
     with pytest.raises(UserError, match="one degree"):
-        load("potential_floor").floor_rows(path, [4])
+        load_benchmark("potential_floor").floor_rows(path, [4])

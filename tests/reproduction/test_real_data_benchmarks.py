@@ -3,27 +3,18 @@ damped oscillator written as a lab file (pixels, a trial column), ingested as a 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmark_scripts import load_benchmark
 
 from hnnsym.data.hdf5 import read_dataset
 from hnnsym.data.ingest import ingest
 
 pytest.importorskip("scipy")
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def oscillator_file(path: Path, k=6.0, c=0.05, x0=3.0, dt=1 / 30, n=600) -> Path:
@@ -45,7 +36,7 @@ def test_the_physical_fit_recovers_a_damped_oscillator(tmp_path, compose_config)
         "ingest.positions=[x]", "ingest.velocities=[v]", "ingest.max_segment=64",
         f"data_file={tmp_path / 'osc.h5'}",
     ]))  # fmt: skip
-    fit = load("real_physical_fit").fit_file(out, None)
+    fit = load_benchmark("real_physical_fit").fit_file(out, None)
     assert fit["horizons"] == [1, 4, 12] and fit["windows"] >= 5
     assert fit["fit"]["K"][0][0] == pytest.approx(6.0, rel=1e-4)
     assert fit["fit"]["C"][0][0] == pytest.approx(0.05, abs=1e-4)
@@ -69,7 +60,7 @@ def test_the_physical_fit_recovers_a_damped_oscillator(tmp_path, compose_config)
            for b in ("no_motion", "constant_velocity", "linear")},
     }  # fmt: skip
     (run / "metrics.json").write_text(json.dumps(metrics))
-    table = load("real_table")
+    table = load_benchmark("real_table")
     rows = table.rows(
         table.load_runs(tmp_path / "runs"), table.load_physical(bench / "physical_fit.json")
     )
@@ -124,7 +115,7 @@ def test_the_physical_fit_recovers_a_filmed_double_pendulum(tmp_path, compose_co
         "ingest.max_segment=128", "ingest.split={val: 0.15, test: {time: [18.0, 24.0]}}",
         f"data_file={tmp_path / 'dp.h5'}",
     ]))  # fmt: skip
-    fit = load("real_physical_fit").fit_file(out, None)
+    fit = load_benchmark("real_physical_fit").fit_file(out, None)
     assert fit["horizons"] == [10, 25] and fit["windows"] >= 8
     assert fit["chain"]["pivot_px"] == pytest.approx([1000.0, 1200.0], abs=0.5)
     assert fit["chain"]["l1_px"] == pytest.approx(600.0, abs=0.5)
@@ -153,7 +144,7 @@ def test_the_physical_fit_on_a_film_ingested_as_a_chain_in_angles(tmp_path, comp
         "ingest.max_segment=128", "ingest.split={val: 0.15, test: {time: [18.0, 24.0]}}",
         f"data_file={tmp_path / 'dp.h5'}",
     ]))  # fmt: skip
-    fit = load("real_physical_fit").fit_file(out, None)
+    fit = load_benchmark("real_physical_fit").fit_file(out, None)
     assert fit["start"] == "the file's state" and fit["horizons"] == [10, 25]
     assert fit["chain"]["pivot_px"] == pytest.approx([1000.0, 1200.0], abs=0.5)
     for name, value in zip(("beta", "gamma", "delta", "epsilon", "phi"), truth):
@@ -185,12 +176,12 @@ def test_the_physical_fit_on_a_recording_in_angles_with_dropped_frames(tmp_path,
     ]))  # fmt: skip
     segments = json.loads(read_dataset(out).attrs["segments"])
     assert sum(len(v) for v in segments.values()) > 12  # cut at the gaps
-    fit = load("real_physical_fit").fit_file(out, None)
+    fit = load_benchmark("real_physical_fit").fit_file(out, None)
     assert fit["start"] == "the file's state" and "chain" not in fit
     for name, value in zip(("beta", "gamma", "delta", "epsilon", "phi"), truth):
         assert fit["fit"][name] == pytest.approx(value, rel=0.03, abs=0.01), name
     assert fit["mse_angles_h25"] < 1e-3 * fit["mse_angles_h25_constant_velocity"]
-    md = load("real_physical_fit").markdown([fit])
+    md = load_benchmark("real_physical_fit").markdown([fit])
     assert "oscillators" not in md and "| e | 25 |" in md  # in the pendulum's table only
 
 
@@ -203,7 +194,7 @@ def test_a_film_rewritten_as_an_encoder_log(tmp_path):
     film = tmp_path / "film.csv"
     tracked(theta, jitter=1.0).to_csv(film, header=False, index=False)
     out = tmp_path / "log.csv"
-    encoder = load("encoder_from_film")
+    encoder = load_benchmark("encoder_from_film")
     assert encoder.main([str(film), str(out)]) == 0
     log = np.loadtxt(out, delimiter=",", skiprows=1)
     kept = np.rint(log[:, 0] / DT).astype(int)  # film frames
