@@ -64,6 +64,9 @@ def floor_rows(path: Path, degrees: list[int]) -> list[dict]:
     if system.dim != 1 or not system.separable or system.mass is None:
         raise UserError(f"{path}: {system.name} is not a separable system of one degree of "
                         "freedom with a known mass")  # fmt: skip
+    if system.vector_field is not None:
+        raise UserError(f"{path}: {system.name} is damped (ṗ = −V'(q) − γ ∂H/∂p); the floor "
+                        "fits a conservative V")  # fmt: skip
     train = data.splits["train"]
     h = float(data.attrs["obs_dt"])
     grid = system.grid(default_grid_points(system.dim))

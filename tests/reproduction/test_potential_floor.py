@@ -37,3 +37,9 @@ def test_a_system_of_two_degrees_of_freedom_is_refused(tiny_dataset):
     path = tiny_dataset(system="henon_heiles", dim=2)
     with pytest.raises(UserError, match="one degree"):
         load_benchmark("potential_floor").floor_rows(path, [4])
+
+
+def test_a_damped_double_well_is_refused(tiny_dataset):
+    path = tiny_dataset(system_params={"damping": 0.1})
+    with pytest.raises(UserError, match="damped"):
+        load_benchmark("potential_floor").floor_rows(path, [4])
