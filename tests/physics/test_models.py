@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hnnsym.config.build import same_model
 from hnnsym.ode.dynamics import FieldLinearization, vector_field
 from hnnsym.physics.models import ACTIVATIONS, HNN, NODE, SeparableHNN, has_closed_gradient
 
@@ -152,6 +153,15 @@ def test_output_gain_scales_only_the_last_layers_with_the_same_draws(cls):
 def test_output_gain_must_be_positive_and_finite(gain):
     with pytest.raises(ValueError, match="output_gain"):
         HNN(1, (8,), output_gain=gain)
+
+
+def test_a_checkpoint_matches_a_config_whatever_its_output_gain():
+    """output_gain sets only the initial weights: a run trained with any gain (or before the
+    option) evaluates with any."""
+    ckpt = {"_target_": "hnnsym.physics.models.HNN", "hidden": (8,), "periodic": []}
+    assert same_model(ckpt, {**ckpt, "output_gain": 4.0})
+    assert same_model({**ckpt, "output_gain": 10.0}, {**ckpt, "output_gain": 1.0})
+    assert not same_model(ckpt, {**ckpt, "hidden": (16,), "output_gain": 1.0})
 
 
 def test_separable_tanh_potential_learns_the_double_well_barrier_with_a_gain():

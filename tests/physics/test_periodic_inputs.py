@@ -223,12 +223,3 @@ def test_train_shifts_each_trajectorys_angles_by_whole_turns_to_start_near_zero(
     np.testing.assert_allclose(turns[:, 0], [16, -17, 0, 3, -1], atol=1e-12)  # whole turns
     assert np.array_equal(out[..., [0, 2, 3]], observed[..., [0, 2, 3]])
     assert near_zero(observed, []) is observed
-
-
-def test_a_checkpoint_matches_a_config_whatever_its_output_gain():
-    """output_gain sets only the initial weights: a run trained with any gain (or before the
-    option) evaluates with any."""
-    ckpt = {"_target_": "hnnsym.physics.models.HNN", "hidden": (8,), "periodic": []}
-    assert same_model(ckpt, {**ckpt, "output_gain": 4.0})
-    assert same_model({**ckpt, "output_gain": 10.0}, {**ckpt, "output_gain": 1.0})
-    assert not same_model(ckpt, {**ckpt, "hidden": (16,), "output_gain": 1.0})
