@@ -71,10 +71,10 @@ def floor_rows(path: Path, degrees: list[int]) -> list[dict]:
     h = float(data.attrs["obs_dt"])
     grid = system.grid(default_grid_points(system.dim))
     h_true = system(grid)
+    q, p = grid[:, 0].numpy(), grid[:, 1].numpy()
     rows = []
     for degree in degrees:
         radius, coef = fit_potential(train.observed, h, degree)
-        q, p = grid[:, 0].numpy(), grid[:, 1].numpy()
         h_fit = torch.from_numpy(0.5 * p**2 / system.mass + potential(q, radius, coef))
         rows.append({
             "file": str(path), "system": system.name, "noise_std": data.attrs.get("noise_std"),
