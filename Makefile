@@ -128,8 +128,10 @@ NOISES := none low medium high
 # run one torch thread, the same bits as one by one). T1_LAUNCHER= runs them one by one.
 T1_LAUNCHER ?= hydra/launcher=parallel
 
+# $(call generate_missing,<noise levels>[,<systems>]): the data files of T1_SEEDS that are missing
+# (systems: T1_SYSTEMS unless given)
 define generate_missing
-	for s in $(T1_SYSTEMS); do for n in $(1); do for k in $(T1_SEEDS); do \
+	for s in $(or $(2),$(T1_SYSTEMS)); do for n in $(1); do for k in $(T1_SEEDS); do \
 	  test -f data/$$s/$$n/seed$$k.h5 || $(PY) -m hnnsym.generate system=$$s noise=$$n seed=$$k || exit 1; \
 	done; done; done
 endef
@@ -152,8 +154,7 @@ table1: install
 # The double well learned as a separable H (experiment=double_well_separable, 3 seeds, about 100 s
 # each) beside what a least-squares potential reaches on the same files (docs/papers/table1.md).
 double-well-separable: install
-	for k in $(T1_SEEDS); do test -f data/double_well/low/seed$$k.h5 || \
-	  $(PY) -m hnnsym.generate system=double_well noise=low seed=$$k || exit 1; done
+	$(call generate_missing,low,double_well)
 	$(PY) -m hnnsym.train -m experiment=double_well_separable seed=$(subst $(space),$(comma),$(T1_SEEDS)) train.resume=auto $(T1_LAUNCHER)
 	$(PY) -m hnnsym.evaluate -m experiment=double_well_separable seed=$(subst $(space),$(comma),$(T1_SEEDS)) eval.figures=false $(T1_LAUNCHER)
 	$(PY) -m hnnsym.table1 report.runs=outputs/table1/separable report.out_dir=outputs/table1/separable/report
