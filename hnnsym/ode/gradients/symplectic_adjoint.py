@@ -181,10 +181,11 @@ def chunk_adjoint(
     )
     D = field.jacobian.reshape(s, c, B, dim, dim)  # D[i, t, b, k, m] = ∂f_k/∂y_m
     eye = torch.eye(dim, dtype=Y.dtype, device=Y.device)
+    compiled = torch.compiler.is_compiling()  # traced into a compiled chunk (compiled.chunk)
     # (I − h P) μ = h (b ⊗ λ) per step; row (j, m), column (i, k): h A[i, j, m] D_i[k, m].
     # The matrices do not depend on λ: μ = G λ with G = (I − h P)⁻¹ h (b ⊗ I), and
     # λ_n = λ + Σ_i Df(Y_i)ᵀ μ_i = R λ with R = I + Dᵀ G, all the chunk's steps at once.
-    if s == 1 and not torch.compiler.is_compiling():  # eagerly, one stage: P = Dᵀ with row m
+    if s == 1 and not compiled:  # eagerly, one stage: P = Dᵀ with row m
         # scaled by a_m, and h (b ⊗ I) = diag(h b) scales G's columns (no einsum, no LU solve;
         # a compiled chunk keeps the general form: it measured no faster there)
         M = torch.addcmul(eye, A[0, 0, :, None], D[0].transpose(-1, -2), value=-h)
@@ -203,7 +204,7 @@ def chunk_adjoint(
     # R = I + DTᵀ G: in a compiled chunk as a product and a sum over (i, k), which inductor fuses
     # (a batched product is a library call there, 87 µs at 4096 2 × 2 matrices); eagerly as one
     # batched product (the product and the sum take 3x its time there)
-    if torch.compiler.is_compiling():
+    if compiled:
         R = eye + (DT.unsqueeze(-1) * G.unsqueeze(-2)).sum(-3)
     else:
         R = torch.baddbmm(eye, DT.transpose(-1, -2).reshape(c * B, dim, s * dim),
@@ -211,7 +212,7 @@ def chunk_adjoint(
     lams = []  # λ_{n+1} per step, last step first
     for t in reversed(range(c)):  # λ_n = R λ_{n+1} + the loss's own jump: compiled, a product
         lams.append(lam)  # and a sum that fuse into one loop (a batched product is a 17 µs
-        if torch.compiler.is_compiling():  # library call per step there); eagerly, one baddbmm
+        if compiled:  # library call per step there); eagerly, one baddbmm
             lam = jumps[t] + (R[t] * lam.unsqueeze(-2)).sum(-1)
         else:
             lam = torch.baddbmm(jumps[t].unsqueeze(-1), R[t], lam.unsqueeze(-1)).squeeze(-1)
