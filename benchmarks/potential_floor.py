@@ -41,17 +41,21 @@ def legendre_derivatives(x: np.ndarray, degree: int) -> np.ndarray:
     return np.stack([legendre.legval(x, legendre.legder(eye[j])) for j in range(1, degree + 1)], -1)
 
 
-def fit_potential(observed: np.ndarray, h: float, degree: int) -> tuple[float, np.ndarray]:
-    """(R, c): V(q) = Σ_j c_j P_j(q/R), fitted to trajectories ``observed`` (N, T+1, 2)."""
+def fit_potentials(
+    observed: np.ndarray, h: float, degrees: list[int]
+) -> tuple[float, list[np.ndarray]]:
+    """(R, [c per degree]): V(q) = Σ_j c_j P_j(q/R), fitted to trajectories ``observed``
+    (N, T+1, 2). The design's column j does not depend on the degree, so it is built once, for
+    the largest, and each fit takes its first K columns."""
     q, p = observed[..., 0], observed[..., 1]  # ṗ = −V'(q) whatever the mass
     radius = float(np.abs(q).max())
     mid = 0.5 * (q[:, :-1] + q[:, 1:])
-    slopes = legendre_derivatives(mid / radius, degree) / radius  # (N, T, K): ∂V'/∂c_j at q̄
+    slopes = legendre_derivatives(mid / radius, max(degrees)) / radius  # (N, T, K): ∂V'/∂c_j at q̄
     design = np.concatenate([np.zeros_like(slopes[:, :1]), -h * np.cumsum(slopes, 1)], 1)
     design -= design.mean(1, keepdims=True)  # each trajectory's own intercept p₀
-    target = p - p.mean(1, keepdims=True)
-    coef, *_ = np.linalg.lstsq(design.reshape(-1, degree), target.reshape(-1), rcond=None)
-    return radius, coef
+    design = design.reshape(-1, design.shape[-1])
+    target = (p - p.mean(1, keepdims=True)).reshape(-1)
+    return radius, [np.linalg.lstsq(design[:, :k], target, rcond=None)[0] for k in degrees]
 
 
 def potential(q: np.ndarray, radius: float, coef: np.ndarray) -> np.ndarray:
@@ -73,8 +77,8 @@ def floor_rows(path: Path, degrees: list[int]) -> list[dict]:
     h_true = system(grid)
     q, p = grid[:, 0].numpy(), grid[:, 1].numpy()
     rows = []
-    for degree in degrees:
-        radius, coef = fit_potential(train.observed, h, degree)
+    radius, fits = fit_potentials(train.observed, h, degrees)
+    for degree, coef in zip(degrees, fits):
         h_fit = torch.from_numpy(0.5 * p**2 / system.mass + potential(q, radius, coef))
         rows.append({
             "file": str(path), "system": system.name, "noise_std": data.attrs.get("noise_std"),
