@@ -127,6 +127,8 @@ NOISES := none low medium high
 # The runs of a table go to one worker process per core (hydra/launcher=parallel, joblib; every
 # run one torch thread, the same bits as one by one). T1_LAUNCHER= runs them one by one.
 T1_LAUNCHER ?= hydra/launcher=parallel
+# The least-squares floor of the double well's H error on Table 1's noise-0.01 files
+DOUBLE_WELL_FLOOR = $(PY) benchmarks/potential_floor.py $(foreach k,$(T1_SEEDS),data/double_well/low/seed$(k).h5)
 
 # $(call generate_missing,<noise levels>[,<systems>]): the data files of T1_SEEDS that are missing
 # (systems: T1_SYSTEMS unless given)
@@ -149,16 +151,16 @@ table1: install
 	$(PY) -m hnnsym.evaluate -m experiment=$(T1_METHODS) $(T1_AXES) eval.figures=false $(T1_LAUNCHER)
 	$(PY) -m hnnsym.table1 report.runs=outputs/table1
 	$(call docs_table,results/table1.md,table1,table1)
-	$(PY) benchmarks/potential_floor.py $(foreach k,$(T1_SEEDS),data/double_well/low/seed$(k).h5)
+	$(DOUBLE_WELL_FLOOR)
 
 # The double well learned as a separable H (experiment=double_well_separable, 3 seeds, about 100 s
 # each) beside what a least-squares potential reaches on the same files (docs/papers/table1.md).
 double-well-separable: install
 	$(call generate_missing,low,double_well)
-	$(PY) -m hnnsym.train -m experiment=double_well_separable seed=$(subst $(space),$(comma),$(T1_SEEDS)) train.resume=auto $(T1_LAUNCHER)
-	$(PY) -m hnnsym.evaluate -m experiment=double_well_separable seed=$(subst $(space),$(comma),$(T1_SEEDS)) eval.figures=false $(T1_LAUNCHER)
+	$(PY) -m hnnsym.train -m experiment=double_well_separable seed=$(call csv,$(T1_SEEDS)) train.resume=auto $(T1_LAUNCHER)
+	$(PY) -m hnnsym.evaluate -m experiment=double_well_separable seed=$(call csv,$(T1_SEEDS)) eval.figures=false $(T1_LAUNCHER)
 	$(PY) -m hnnsym.table1 report.runs=outputs/table1/separable report.out_dir=outputs/table1/separable/report
-	$(PY) benchmarks/potential_floor.py $(foreach k,$(T1_SEEDS),data/double_well/low/seed$(k).h5)
+	$(DOUBLE_WELL_FLOOR)
 
 figures: install
 	$(call generate_missing,low)
