@@ -26,8 +26,8 @@ are cloned first.
 Inductor's FX graph cache and AOT autograd cache live on disk, in ``$HNNSYM_COMPILE_CACHE`` or,
 when unset, ``$TORCHINDUCTOR_CACHE_DIR`` or ``~/.cache/hnnsym/inductor`` (``$XDG_CACHE_HOME``
 respected), and so do whole programs, Dynamo's trace included (``_Program``, in
-``programs_dir()``): only a machine's first run pays the full compile, and a later process loads
-a program without tracing it. The cache holds code that is loaded and run (inductor's compiled
+``programs_dir()``, where torch can save them: ``programs_on_disk``): only a machine's first run
+pays the full compile, and a later process loads a program without tracing it. The cache holds code that is loaded and run (inductor's compiled
 modules, pickled programs): it is this user's own, like the source tree, never a file handed in.
 Where compilation fails (no C compiler, an unsupported platform, a ``torch._dynamo`` error, or the
 backward graph, which is compiled on its first use and so is checked by one backward pass on a
@@ -185,31 +185,49 @@ def _steps(integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: i
 ACTIVATION_MEMORY_BUDGET = 0.3
 
 
-def _compile(fn: Callable) -> Callable:
+def _compile(fn: Callable, device_type: str) -> Callable:
     """``torch.compile`` with static shapes and one graph (what the fallback test replaces),
     guarding tensors only (dtype, device, shape, strides, requires_grad): ``_program`` keys each
     function by everything else it depends on, and dynamo's checks of the module's and the
     integrator's attributes on every call cost about 100 µs (``torch.profiler``, "TorchDynamo Cache
-    Lookup"), as much as a whole step's fused kernels. Inductor's C++ wrapper calls the kernels
-    and matrix products in place of its Python one (5–8 % off the headline training iteration on
-    one CPU core, and no slower to compile)."""
-    compiled = torch.compile(
-        fn, dynamic=False, fullgraph=True,
-        options={"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe, "cpp_wrapper": True},
-    )  # fmt: skip
-    compiled.kept_on_disk = True  # its programs are these settings' (``_Program._ahead``)
+    Lookup"), as much as a whole step's fused kernels. On the CPU, inductor's C++ wrapper calls the
+    kernels and matrix products in place of its Python one (5–8 % off the headline training
+    iteration on one CPU core, and no slower to compile). Not on CUDA: there torch 2.11's C++
+    wrapper fails on the backward graph, which AOT autograd compiles lazily, outside the
+    options' scope ("CudaKernelParamCache not populated")."""
+    options: dict[str, Any] = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
+    if device_type == "cpu":
+        options["cpp_wrapper"] = True
+    compiled = torch.compile(fn, dynamic=False, fullgraph=True, options=options)
+    # its programs are these settings' and can be compiled ahead and saved (``_Program._ahead``)
+    compiled.kept_on_disk = programs_on_disk()
     return compiled
 
 
-def _program(H, key: tuple, run: Callable, name: str) -> Callable:
+@functools.lru_cache(maxsize=1)
+def programs_on_disk() -> bool:
+    """Whether this torch compiles a program ahead of its call and saves and loads it whole
+    (``aot_compile`` on what ``torch.compile`` returns, ``torch.compiler.load_compiled_function``):
+    torch 2.13 does, torch 2.11 does not. Without it each process traces its programs again, and
+    inductor's own disk caches still spare it most of the compile."""
+    return hasattr(torch.compiler, "load_compiled_function") and hasattr(
+        torch.compile(_identity), "aot_compile"
+    )
+
+
+def _identity(x: Tensor) -> Tensor:
+    return x
+
+
+def _program(H, key: tuple, run: Callable, name: str, device: torch.device) -> Callable:
     """``run`` compiled once per structure of H (``_programs_of``) and ``key`` (everything else
     the graph reads: the function, the integrator's tableau, h, ...), in the current grad mode and
     H's training flag. Each is compiled from its own copy of the code (``_fresh``), since dynamo
     keeps its graphs per code object and checks only tensors here."""
-    key = (*key, torch.is_grad_enabled(), getattr(H, "training", None))
+    key = (*key, torch.is_grad_enabled(), getattr(H, "training", None), device.type)
     programs = _programs_of(H)
     if key not in programs:
-        programs[key] = _Program(_compile(_fresh(run, name)), run, name, key)
+        programs[key] = _Program(_compile(_fresh(run, name), device.type), run, name, key)
     return programs[key]
 
 
@@ -249,7 +267,7 @@ class _Program:
         """The program loaded from the disk cache, or compiled ahead and saved there; None where
         it cannot be kept on disk (H or its code not hnnsym's, not ``_compile``'s settings) or
         compiling ahead fails (``compiled`` then traces it, and reports a failure of its own)."""
-        if not getattr(self.compiled, "kept_on_disk", False):  # another compiler (tests)
+        if not getattr(self.compiled, "kept_on_disk", False):  # an older torch, or tests' compiler
             return None
         key = _disk_key(H, self.key, signature)
         if key is None:
@@ -450,7 +468,7 @@ def _call(fn: Callable, integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: 
         # (H, y, *guess) -> fn(...), for this integrator's tableau, h, n_q and k
         program = _program(
             H, (fn.__name__, integrator.tableau, h, n_q, k, len(guess)),
-            lambda H, y, *guess: fn(integrator, H, y, guess, h, n_q, k), fn.__name__,
+            lambda H, y, *guess: fn(integrator, H, y, guess, h, n_q, k), fn.__name__, y.device,
         )  # fmt: skip
         inputs = _unaliased(y, *guess)
         if torch.is_grad_enabled() and not getattr(program, "backward_checked", False):
@@ -477,6 +495,7 @@ def chunk(
         program = _program(
             H, (fn.__name__, integrator.tableau, h, params),
             lambda H, Y, jumps, lam: fn(integrator, H, Y, jumps, lam, h, params), fn.__name__,
+            Y.device,
         )  # fmt: skip
         return program(H, *_unaliased(Y, jumps, lam))
     except Exception as err:  # noqa: BLE001  (any compiler failure: run eagerly)

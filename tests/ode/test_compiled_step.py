@@ -35,6 +35,22 @@ def _compiler_missing() -> str:
 
 pytestmark = pytest.mark.skipif(bool(_compiler_missing()), reason=_compiler_missing())
 
+
+@pytest.fixture(autouse=True)
+def _compiled_solves_stayed_compiled():
+    """A compiler failure makes this and every later solve of the process run eagerly, and a
+    comparison of "compiled" against eager would then pass without a compiled run: each test must
+    leave the compiled path working (the fallback tests restore the state they set)."""
+    yield
+    failed = [flag for flag in ("failed", "chunk_failed") if compiled._state[flag]]
+    assert not failed, f"compilation failed ({failed}): the solves ran eagerly"
+
+
+needs_programs_on_disk = pytest.mark.skipif(
+    not compiled.programs_on_disk(),
+    reason=f"torch {torch.__version__} does not compile programs ahead and save them",
+)
+
 H_STEP, STEPS, B = 0.05, 6, 4
 
 
@@ -137,7 +153,7 @@ def _compile_with(monkeypatch, compile_fn) -> None:
 
 
 def test_compile_failure_falls_back_to_eager_with_one_notice(monkeypatch, caplog):
-    def broken(fn):
+    def broken(fn, device_type):
         raise RuntimeError("no compiler here\nsecond line")
 
     _compile_with(monkeypatch, broken)
@@ -197,10 +213,10 @@ def test_a_chunk_that_fails_to_compile_runs_eagerly_and_keeps_the_compiled_forwa
     eagerly (the same gradient), and the forward's compiled solve stays on."""
     real = compiled._compile
 
-    def broken_chunks(fn):
+    def broken_chunks(fn, device_type):
         if "chunk_adjoint" in fn.__name__:
             raise RuntimeError("cannot compile this chunk\nsecond line")
-        return real(fn)
+        return real(fn, device_type)
 
     _compile_with(monkeypatch, broken_chunks)
     with caplog.at_level(logging.WARNING, logger="hnnsym.ode.compiled"):
@@ -222,7 +238,7 @@ def _compile_with_backward(monkeypatch, bw_compiler) -> None:
 
     backend = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm.forward),
                            bw_compiler=bw_compiler)  # fmt: skip
-    _compile_with(monkeypatch, lambda fn: torch.compile(fn, backend=backend, fullgraph=True))
+    _compile_with(monkeypatch, lambda fn, _: torch.compile(fn, backend=backend, fullgraph=True))
 
 
 def test_a_backward_that_fails_to_compile_falls_back_to_eager_before_the_loss(monkeypatch, caplog):
@@ -436,7 +452,7 @@ def test_a_parameter_replaced_after_the_first_call_gets_a_program_of_its_own(mon
     call: a weight swapped for a frozen copy after the first solve changes the signature, so the
     next solve runs a program for it (here the traced function itself, no compiler) and matches
     the eager solve of the swapped model."""
-    _compile_with(monkeypatch, lambda fn: fn)
+    _compile_with(monkeypatch, lambda fn, _: fn)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(3)
         model = HNN(1).to(torch.float64)
@@ -466,8 +482,8 @@ def _counting_traces(monkeypatch, traced: list) -> None:
     """``_compile`` as it is, each program compiled ahead counted in ``traced``; a clean slate
     (a new process: no programs in memory)."""
 
-    def counting(fn):
-        program = _COMPILE(fn)
+    def counting(fn, device_type):
+        program = _COMPILE(fn, device_type)
         ahead = program.aot_compile
         program.aot_compile = lambda inputs: traced.append(fn.__name__) or ahead(inputs)
         return program
@@ -475,6 +491,7 @@ def _counting_traces(monkeypatch, traced: list) -> None:
     _compile_with(monkeypatch, counting)
 
 
+@needs_programs_on_disk
 def test_a_later_process_loads_the_programs_from_disk_without_tracing(monkeypatch, tmp_path):
     """The programs a solve compiled are saved; a new process (a clean slate here) loads them
     instead of tracing, and they give the same states and gradients, those of the eager solve."""
@@ -494,6 +511,7 @@ def test_a_later_process_loads_the_programs_from_disk_without_tracing(monkeypatc
     assert (g_2 - g_e).abs().max() <= 1e-10 * g_e.abs().max()
 
 
+@needs_programs_on_disk
 def test_a_damaged_program_on_disk_is_compiled_again(monkeypatch, tmp_path):
     monkeypatch.setattr(compiled, "programs_dir", lambda: tmp_path)
     traced: list = []
@@ -512,6 +530,7 @@ def test_a_damaged_program_on_disk_is_compiled_again(monkeypatch, tmp_path):
     assert all(path.read_bytes() != b"not a program" for path in saved)
 
 
+@needs_programs_on_disk
 def test_a_cache_that_cannot_be_written_is_reported_once_and_the_solve_stays_compiled(
     monkeypatch, tmp_path, caplog
 ):
@@ -529,6 +548,22 @@ def test_a_cache_that_cannot_be_written_is_reported_once_and_the_solve_stays_com
     assert str(blocker) in notices[0]
     assert traced and not compiled._state["failed"]  # compiled, kept in memory
     assert torch.equal(ys_c, ys_c2) and (ys_c - ys_e).abs().max() <= 1e-13
+
+
+def test_a_torch_that_cannot_save_programs_still_compiles_the_solve(monkeypatch, tmp_path):
+    """Where torch.compile cannot compile a program ahead and save it (torch 2.11), each process
+    traces its programs: the solve stays compiled, exact, and nothing is written."""
+    monkeypatch.setattr(compiled, "programs_dir", lambda: tmp_path)
+    monkeypatch.setattr(compiled, "programs_on_disk", lambda: False)
+    _compile_with(monkeypatch, compiled._compile)
+    ys_c, g_c, _ = _run(torch.float64, "backprop", True)
+    ys_e, g_e, _ = _run(torch.float64, "backprop", False)
+    programs = compiled._programs_of(_problem(torch.float64)[0]).values()
+    assert programs and all(p.by_signature for p in programs)
+    assert all(not p.compiled.kept_on_disk for p in programs)
+    assert not list(tmp_path.iterdir())
+    assert (ys_c - ys_e).abs().max() <= 1e-13
+    assert (g_c - g_e).abs().max() <= 1e-10 * g_e.abs().max()
 
 
 class _OwnHamiltonian(HNN):
