@@ -9,15 +9,77 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from hydra._internal import utils as hydra_utils
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from hnnsym import sweeps
 from hnnsym.artifacts import writable_dir
-from hnnsym.errors import ConvergenceError, UserError
+from hnnsym.errors import ConvergenceError, UserError, first_line
 from hnnsym.sweeps import debug
+
+# what Hydra raises for an override it cannot apply, before it calls the stage
+CONFIG_ERRORS = (ConfigCompositionException, MissingConfigException, OverrideParseException)
+
+
+def one_line_config_errors(hydra_main: Callable) -> Callable:
+    """Wrap a stage's ``hydra.main``: an override Hydra cannot apply (a key that does not exist,
+    an option of a config group that does not, bad syntax) becomes one ``error:`` line and exit
+    2, as the stage's own errors do (``exits_cleanly``), in place of Hydra's message over several
+    lines and exit 1. Hydra composes the config before it calls the stage, inside its reporter
+    (``hydra._internal.utils.run_and_report``, hydra-core 1.3), which this wraps for the call.
+    HNNSYM_DEBUG=1 gives Hydra's own report, and HYDRA_FULL_ERROR=1 its traceback."""
+
+    @functools.wraps(hydra_main)
+    def wrapped(*args, **kwargs):
+        report = hydra_utils.run_and_report
+
+        def run_and_report(func: Callable) -> Any:
+            def composed() -> Any:
+                try:
+                    return func()
+                except CONFIG_ERRORS as err:
+                    if debug():
+                        raise
+                    print(f"error: {config_error_line(err)}", file=sys.stderr)
+                    sys.exit(2)
+
+            return report(composed)
+
+        hydra_utils.run_and_report = run_and_report
+        try:
+            return hydra_main(*args, **kwargs)
+        finally:
+            hydra_utils.run_and_report = report
+
+    return wrapped
+
+
+def config_error_line(err: BaseException) -> str:
+    """Hydra's message in one line: its first line with its cause's ("Could not override
+    'train.bogus': Key 'bogus' is not in struct") or the override it could not parse, then its
+    other lines, a list under a heading joined after it ("Available options in 'system': a,
+    b"), less the config search path."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    head = lines[0] if lines else type(err).__name__
+    if err.__cause__ is not None:
+        head = f"{head.rstrip('.')}: {first_line(err.__cause__)}"
+    override = getattr(err, "override", None)
+    if override and override not in head:
+        head = f"{override}: {head}"
+    sections: list[tuple[str, list[str]]] = []  # (line or heading, the items under a heading)
+    for line in lines[1:]:
+        if sections and sections[-1][0].endswith(":"):
+            if not line.endswith(":"):
+                sections[-1][1].append(line)
+                continue
+        sections.append((line, []))
+    parts = [f"{line} {', '.join(items)}".strip() for line, items in sections
+             if line != "Config search path:"]  # fmt: skip
+    return "; ".join([head, *parts])
 
 
 def exits_cleanly(main: Callable) -> Callable:

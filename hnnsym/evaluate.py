@@ -5,10 +5,11 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from hnnsym.cli import exits_cleanly
+from hnnsym.cli import exits_cleanly, one_line_config_errors
 from hnnsym.evaluation.stage import evaluate, summary
 
 
+@one_line_config_errors
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:

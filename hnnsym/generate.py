@@ -3,10 +3,11 @@
 import hydra
 from omegaconf import DictConfig
 
-from hnnsym.cli import exits_cleanly
+from hnnsym.cli import exits_cleanly, one_line_config_errors
 from hnnsym.data.simulate import generate
 
 
+@one_line_config_errors
 @hydra.main(version_base="1.3", config_path="conf", config_name="generate")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:

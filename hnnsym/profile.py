@@ -12,10 +12,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from hnnsym.cli import exits_cleanly
+from hnnsym.cli import exits_cleanly, one_line_config_errors
 from hnnsym.profiling.stage import profile
 
 
+@one_line_config_errors
 @hydra.main(version_base="1.3", config_path="conf", config_name="profile")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:

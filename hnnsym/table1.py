@@ -12,10 +12,11 @@ in ``hnnsym.reporting.table1``.
 import hydra
 from omegaconf import DictConfig
 
-from hnnsym.cli import exits_cleanly
+from hnnsym.cli import exits_cleanly, one_line_config_errors
 from hnnsym.reporting.stage import table1
 
 
+@one_line_config_errors
 @hydra.main(version_base="1.3", config_path="conf", config_name="report")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:

@@ -11,10 +11,11 @@ built in ``hnnsym.reporting.table_chain``.
 import hydra
 from omegaconf import DictConfig
 
-from hnnsym.cli import exits_cleanly
+from hnnsym.cli import exits_cleanly, one_line_config_errors
 from hnnsym.reporting.stage import table_chain
 
 
+@one_line_config_errors
 @hydra.main(version_base="1.3", config_path="conf", config_name="report")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:

@@ -11,10 +11,11 @@ report.digits). The stage is ``hnnsym.reporting.stage.table_ddlm``; the table is
 import hydra
 from omegaconf import DictConfig
 
-from hnnsym.cli import exits_cleanly
+from hnnsym.cli import exits_cleanly, one_line_config_errors
 from hnnsym.reporting.stage import table_ddlm
 
 
+@one_line_config_errors
 @hydra.main(version_base="1.3", config_path="conf", config_name="report")
 @exits_cleanly
 def main(cfg: DictConfig) -> None:

@@ -110,11 +110,31 @@ def test_incompatible_schema_version(tmp):
     assert_one_line_error(cli("train", tmp, *TINY_TRAIN), "schema")
 
 
-def test_unknown_config_option_and_key(tmp):
-    for override in ("system=lorenz", "train.no_such_key=1"):
-        proc = cli("train", tmp, *TINY_TRAIN, override)
-        assert proc.returncode != 0
-        assert "Traceback" not in proc.stderr
+@pytest.mark.parametrize(
+    ("override", "fragments"),
+    [
+        ("system=lorenz", ["Could not find 'system/lorenz'",
+                           "Available options in 'system':", "double_well, henon_heiles"]),
+        ("train.no_such_key=1", ["Could not override 'train.no_such_key': Key 'no_such_key'"]),
+        ("train.lr=[", ["train.lr=[:", "no viable alternative"]),
+    ],
+)  # fmt: skip
+def test_an_override_hydra_cannot_apply_is_one_line(tmp, override, fragments):
+    """Hydra's own errors (before it calls the stage) follow the stages' rule: one line, exit 2,
+    without the config search path."""
+    error = assert_one_line_error(cli("train", tmp, *TINY_TRAIN, override), *fragments)
+    assert "search path" not in error and "HYDRA_FULL_ERROR" not in error
+
+
+def test_debugging_gives_hydras_own_report_of_an_override(tmp):
+    """HNNSYM_DEBUG=1: Hydra's message as Hydra prints it; HYDRA_FULL_ERROR=1: its traceback."""
+    paths = [f"data_dir={tmp / 'data'}", f"run_dir={tmp / 'run'}", "train.no_such_key=1"]
+    proc = run_stage("train", *SYSTEM, *paths, env={"HNNSYM_DEBUG": "1"})
+    assert proc.returncode == 1 and "error: " not in proc.stderr
+    assert "HYDRA_FULL_ERROR=1 for a complete stack trace" in proc.stderr
+    proc = run_stage("train", *SYSTEM, *paths, env={"HYDRA_FULL_ERROR": "1"})
+    assert proc.returncode == 1 and "Traceback" in proc.stderr
+    assert "ConfigCompositionException" in proc.stderr
 
 
 @pytest.mark.parametrize(
