@@ -72,11 +72,10 @@ def config_error_line(err: BaseException) -> str:
         head = f"{override}: {head}"
     sections: list[tuple[str, list[str]]] = []  # (line or heading, the items under a heading)
     for line in lines[1:]:
-        if sections and sections[-1][0].endswith(":"):
-            if not line.endswith(":"):
-                sections[-1][1].append(line)
-                continue
-        sections.append((line, []))
+        if sections and sections[-1][0].endswith(":") and not line.endswith(":"):
+            sections[-1][1].append(line)
+        else:
+            sections.append((line, []))
     parts = [f"{line} {', '.join(items)}".strip() for line, items in sections
              if line != "Config search path:"]  # fmt: skip
     return "; ".join([head, *parts])
