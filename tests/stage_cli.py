@@ -23,14 +23,17 @@ def run_stage(
     """``python -m hnnsym.<stage> <overrides>`` with one torch thread and no HYDRA_FULL_ERROR.
     Run by a fork of a warm interpreter on Linux (``stage_server``: the same command in a
     process of its own, without paying the imports again), or as a subprocess of its own where
-    ``popen`` asks for more than an environment (``preexec_fn``, say) or forking a process that
-    has imported these libraries is not safe (macOS)."""
+    ``popen`` asks for more than an environment (``preexec_fn``, say), the environment sets
+    what Python reads as it starts (``PYTHONPATH``, say), or forking a process that has
+    imported these libraries is not safe (macOS)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("HYDRA_FULL_ERROR", None)
     env.pop("HNNSYM_DEBUG", None)
-    env.update(popen.pop("env", {}))
+    extra = popen.pop("env", {})
+    env.update(extra)
     cmd = [sys.executable, "-m", f"hnnsym.{stage}", *overrides]
-    if popen or not sys.platform.startswith("linux"):
+    fresh = popen or any(name.startswith("PYTHON") for name in extra)
+    if fresh or not sys.platform.startswith("linux"):
         return subprocess.run(
             cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout, **popen
         )
