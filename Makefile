@@ -90,8 +90,8 @@ bench-peer: install
 	$(PY) benchmarks/peer_jax.py
 
 # On a CUDA machine: the tests' CUDA cases (exact gradients, compiled = eager) and the profile
-# there; a skip message (exit 0) without one. `make gpu-check PY=python` runs them in the caller's environment
-# (a cluster's CUDA build of torch, say) and installs nothing.
+# there; a skip message (exit 0) without one. `make gpu-check PY=python` runs them in the
+# caller's environment (a cluster's CUDA build of torch, say) and installs nothing.
 gpu-check: $(if $(filter command line,$(origin PY)),,install)
 	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
 		$(PY) -m pytest -q -k cuda tests/ode/test_fixed_point_sweeps.py tests/ode/test_compiled_step.py && \
