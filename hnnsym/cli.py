@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hnnsym import sweeps
 from hnnsym.artifacts import writable_dir
-from hnnsym.errors import ConvergenceError, UserError, first_line
+from hnnsym.errors import ConvergenceError, UserError, exit_with_error, first_line
 from hnnsym.sweeps import debug
 
 # what Hydra raises for an override it cannot apply, before it calls the stage
@@ -44,8 +44,7 @@ def one_line_config_errors(hydra_main: Callable) -> Callable:
                 except CONFIG_ERRORS as err:
                     if debug():
                         raise
-                    print(f"error: {config_error_line(err)}", file=sys.stderr)
-                    sys.exit(2)
+                    exit_with_error(config_error_line(err))
 
             return report(composed)
 
@@ -103,8 +102,7 @@ def exits_cleanly(main: Callable) -> Callable:
                 raise
             if _in_multirun():
                 raise  # the job fails; hnnsym.sweeps.CollectingSweeper sums up the failed jobs
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(2)
+            exit_with_error(err)
         except KeyboardInterrupt as interrupt:  # the one Ctrl-C handler of every stage
             if debug():
                 raise
@@ -132,8 +130,7 @@ class StageCallback(Callback):
         try:
             writable_dir(str(directory), "the run directory (hydra.run.dir)")
         except UserError as err:
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(2)
+            exit_with_error(err)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if not sweeps.FAILED:

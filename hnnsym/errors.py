@@ -1,9 +1,14 @@
-"""The error types of hnnsym. This module imports nothing, so every layer may raise them.
+"""The error types of hnnsym. This module imports nothing of hnnsym, so every layer may raise
+them.
 
 ``UserError`` and its subclasses are problems the user can fix (bad input, a missing artifact, an
-impossible combination of options); a stage prints them as one ``error:`` line and exits 2.
-``ConvergenceError`` is a numerical failure of an iteration; stages print it the same way.
+impossible combination of options); a stage prints them as one ``error:`` line and exits 2
+(``exit_with_error``). ``ConvergenceError`` is a numerical failure of an iteration; stages print it
+the same way.
 """
+
+import sys
+from typing import NoReturn
 
 
 class UserError(Exception):
@@ -33,11 +38,18 @@ def first_line(err: BaseException) -> str:
     return lines[0] if lines else type(err).__name__
 
 
+def exit_with_error(message: object) -> NoReturn:
+    """The end of a command refusing its input: one ``error:`` line on stderr, exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 __all__ = [
     "ConvergenceError",
     "DataError",
     "FixedPointOverflowError",
     "IncompatibleError",
     "UserError",
+    "exit_with_error",
     "first_line",
 ]

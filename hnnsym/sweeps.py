@@ -12,7 +12,6 @@ line each, and exits 2.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from hnnsym.errors import ConvergenceError, UserError
+from hnnsym.errors import ConvergenceError, UserError, exit_with_error
 
 
 @dataclass
@@ -93,8 +92,7 @@ class CollectingSweeper(BasicSweeper):
             except UserError as err:
                 if debug():
                     raise
-                print(f"error: {err}", file=sys.stderr)
-                sys.exit(2)
+                exit_with_error(err)
             for num, result in enumerate(results, start=initial_job_idx):
                 if result.status != JobStatus.FAILED:
                     continue

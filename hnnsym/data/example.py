@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ import torch
 
 from hnnsym.artifacts import write_text
 from hnnsym.data.simulate import simulate
-from hnnsym.errors import DataError
+from hnnsym.errors import DataError, exit_with_error
 from hnnsym.ode.integrators import get_integrator
 from hnnsym.physics.systems import pendulum
 
@@ -98,8 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         path = write_pendulum_csv(args.path, overwrite=args.overwrite)
     except DataError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        exit_with_error(err)
     print(
         f"wrote {path}: pendulum (m = 0.5, l = 1, g = 1) angles and angular velocities, 16 trials "
         "with dropped frames; ingest it with ingest.mass=0.5"
