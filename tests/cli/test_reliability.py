@@ -30,14 +30,14 @@ SYSTEM = ["system=double_well", "noise=low", "seed=0"]
 TINY_TRAIN = ["train.batch_size=32", "train.progress=false", "train.early_stop.patience=100"]
 
 
-def cli(stage: str, tmp: Path, *overrides: str, run: str = "run", wait: bool = True):
+def cli(stage: str, tmp: Path, *overrides: str, run: str = "run", wait: bool = True, **kwargs):
     paths = [f"data_dir={tmp / 'data'}", f"run_dir={tmp / run}", f"hydra.run.dir={tmp / 'hydra'}"]
     if not wait:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         env.pop("HYDRA_FULL_ERROR", None)
         cmd = [sys.executable, "-m", f"hnnsym.{stage}", *SYSTEM, *paths, *overrides]
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    return run_stage(stage, *SYSTEM, *paths, *overrides)
+    return run_stage(stage, *SYSTEM, *paths, *overrides, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -128,11 +128,10 @@ def test_an_override_hydra_cannot_apply_is_one_line(tmp, override, fragments):
 
 def test_debugging_gives_hydras_own_report_of_an_override(tmp):
     """HNNSYM_DEBUG=1: Hydra's message as Hydra prints it; HYDRA_FULL_ERROR=1: its traceback."""
-    paths = [f"data_dir={tmp / 'data'}", f"run_dir={tmp / 'run'}", "train.no_such_key=1"]
-    proc = run_stage("train", *SYSTEM, *paths, env={"HNNSYM_DEBUG": "1"})
+    proc = cli("train", tmp, "train.no_such_key=1", env={"HNNSYM_DEBUG": "1"})
     assert proc.returncode == 1 and "error: " not in proc.stderr
     assert "HYDRA_FULL_ERROR=1 for a complete stack trace" in proc.stderr
-    proc = run_stage("train", *SYSTEM, *paths, env={"HYDRA_FULL_ERROR": "1"})
+    proc = cli("train", tmp, "train.no_such_key=1", env={"HYDRA_FULL_ERROR": "1"})
     assert proc.returncode == 1 and "Traceback" in proc.stderr
     assert "ConfigCompositionException" in proc.stderr
 
