@@ -67,15 +67,18 @@ def _child(request: dict) -> None:
                 code = stop.code or 0
             else:  # sys.exit("message"): printed, status 1
                 print(stop.code, file=sys.stderr)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Python then ends by SIGINT itself (status -2 to the parent)
             traceback.print_exc()
-            code = 128 + signal.SIGINT
+            code = -signal.SIGINT
         except BaseException:  # noqa: BLE001  (an uncaught error: its traceback, status 1)
             traceback.print_exc()
         atexit._run_exitfuncs()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+        if code < 0:
+            signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
         os._exit(code)
 
 
