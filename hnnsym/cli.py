@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import hydra
 from hydra._internal import utils as hydra_utils
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
@@ -23,6 +24,18 @@ from hnnsym.sweeps import debug
 
 # what Hydra raises for an override it cannot apply, before it calls the stage
 CONFIG_ERRORS = (ConfigCompositionException, MissingConfigException, OverrideParseException)
+
+
+def stage_main(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Callable[..., Any]]:
+    """A stage's entry point: Hydra composes the config ``config_name`` (hnnsym/conf) with the
+    command line's overrides, and the stage runs on it, its errors one line each
+    (``exits_cleanly``), and so are Hydra's own (``one_line_config_errors``)."""
+
+    def decorate(stage: Callable[[DictConfig], Any]) -> Callable[..., Any]:
+        hydra_main = hydra.main(version_base="1.3", config_path="conf", config_name=config_name)
+        return one_line_config_errors(hydra_main(exits_cleanly(stage)))
+
+    return decorate
 
 
 def one_line_config_errors(hydra_main: Callable) -> Callable:

@@ -1,15 +1,12 @@
 """python -m hnnsym.ingest — measurements from a file (.csv/.txt/.npz/.h5) into the HDF5 schema."""
 
-import hydra
 from omegaconf import DictConfig
 
-from hnnsym.cli import exits_cleanly, one_line_config_errors
+from hnnsym.cli import stage_main
 from hnnsym.data.ingest import ingest
 
 
-@one_line_config_errors
-@hydra.main(version_base="1.3", config_path="conf", config_name="ingest")
-@exits_cleanly
+@stage_main("ingest")
 def main(cfg: DictConfig) -> None:
     path = ingest(cfg)
     print(

@@ -8,17 +8,14 @@ Writes ``profile.csv``, ``profile.md`` and ``profile.png`` into the run dir
 
 from __future__ import annotations
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from hnnsym.cli import exits_cleanly, one_line_config_errors
+from hnnsym.cli import stage_main
 from hnnsym.profiling.stage import profile
 
 
-@one_line_config_errors
-@hydra.main(version_base="1.3", config_path="conf", config_name="profile")
-@exits_cleanly
+@stage_main("profile")
 def main(cfg: DictConfig) -> None:
     profile(cfg, HydraConfig.get().runtime.output_dir)
 

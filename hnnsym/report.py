@@ -3,16 +3,13 @@
 The stage is ``hnnsym.reporting.stage.report``; ``hnnsym/conf/report.yaml`` documents the options.
 """
 
-import hydra
 from omegaconf import DictConfig
 
-from hnnsym.cli import exits_cleanly, one_line_config_errors
+from hnnsym.cli import stage_main
 from hnnsym.reporting.stage import report
 
 
-@one_line_config_errors
-@hydra.main(version_base="1.3", config_path="conf", config_name="report")
-@exits_cleanly
+@stage_main("report")
 def main(cfg: DictConfig) -> None:
     report(cfg)
 

@@ -9,16 +9,13 @@ report.ignore, report.digits). The stage is ``hnnsym.reporting.stage.table1``; t
 in ``hnnsym.reporting.table1``.
 """
 
-import hydra
 from omegaconf import DictConfig
 
-from hnnsym.cli import exits_cleanly, one_line_config_errors
+from hnnsym.cli import stage_main
 from hnnsym.reporting.stage import table1
 
 
-@one_line_config_errors
-@hydra.main(version_base="1.3", config_path="conf", config_name="report")
-@exits_cleanly
+@stage_main("report")
 def main(cfg: DictConfig) -> None:
     table1(cfg)
 

@@ -8,16 +8,13 @@ report.digits). The stage is ``hnnsym.reporting.stage.table_ddlm``; the table is
 ``hnnsym.reporting.table_ddlm``.
 """
 
-import hydra
 from omegaconf import DictConfig
 
-from hnnsym.cli import exits_cleanly, one_line_config_errors
+from hnnsym.cli import stage_main
 from hnnsym.reporting.stage import table_ddlm
 
 
-@one_line_config_errors
-@hydra.main(version_base="1.3", config_path="conf", config_name="report")
-@exits_cleanly
+@stage_main("report")
 def main(cfg: DictConfig) -> None:
     table_ddlm(cfg)
 

@@ -3,18 +3,15 @@
 import shlex
 import sys
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from hnnsym.cli import exits_cleanly, one_line_config_errors
+from hnnsym.cli import stage_main
 from hnnsym.training.stage import train
 from hnnsym.training.trainer import no_improvement_warning
 
 
-@one_line_config_errors
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
-@exits_cleanly
+@stage_main("train")
 def main(cfg: DictConfig) -> None:
     result = train(cfg)
     s = result.state
