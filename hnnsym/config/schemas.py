@@ -350,6 +350,27 @@ def composition_order() -> list[str]:
     return list(reversed(list(HydraConfig.get().runtime.choices)))
 
 
+def task_overrides() -> list[str]:
+    """The command line's overrides of the running Hydra job; empty outside one."""
+    if not HydraConfig.initialized():
+        return []
+    return list(HydraConfig.get().overrides.task)
+
+
+def unread_section_problem(overrides: Sequence[str], sections: Sequence[str]) -> str | None:
+    """What is wrong with an override that adds a key (``+generate.n_train=96``) to a stage
+    section (``SECTIONS``) that this stage does not read (``sections``): it would be accepted and
+    ignored. None if there is none."""
+    for override in overrides:
+        if not override.startswith("+") or override.startswith("++"):
+            continue
+        section = override[1:].split("=", 1)[0].split(".", 1)[0]
+        if section in SECTIONS and section not in sections:
+            reads = ", ".join(sections) if sections else "none of " + ", ".join(SECTIONS)
+            return f"{override}: this stage does not read the {section} section (it reads {reads})"
+    return None
+
+
 def register_configs() -> None:
     """Store the configs declared here in Hydra's ConfigStore: ``train_options`` (the train
     section's defaults, as plain values: ``validated`` applies the types, so that a wrong one is
@@ -419,6 +440,8 @@ def validated(cfg: DictConfig, *sections: str, common: bool = True) -> DictConfi
     UserError (one line: the key and what is wrong) on the first problem: a wrong type, or the
     first section whose values break their ranges (all of that section's, joined by "; ")."""
     if problem := method_order_problem(composition_order()):
+        raise UserError(problem)
+    if problem := unread_section_problem(task_overrides(), sections):
         raise UserError(problem)
     checks: list[tuple[str | None, type, Any]] = []
     if common:

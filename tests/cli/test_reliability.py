@@ -149,6 +149,7 @@ def test_debugging_gives_hydras_own_report_of_an_override(tmp):
         ),
         ("train.lr=fast", "train.lr: Value 'fast' of type 'str' could not be converted to Float"),
         ("+train.epoch=3", "train.epoch: Key 'epoch' not in 'TrainOptions'"),
+        ("+generate.n_train=96", "+generate.n_train=96: this stage does not read the generate"),
         ("train.progress=maybe", "train.progress: Value 'maybe' is not a valid bool"),
     ],
 )

@@ -10,7 +10,13 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from hnnsym.config import CONF_DIR
-from hnnsym.config.schemas import SECTIONS, TrainOptions, method_order_problem, validated
+from hnnsym.config.schemas import (
+    SECTIONS,
+    TrainOptions,
+    method_order_problem,
+    unread_section_problem,
+    validated,
+)
 from hnnsym.errors import UserError
 
 STAGE_SECTIONS = {
@@ -138,3 +144,16 @@ def test_a_run_yaml_with_method_first_is_refused(tmp_path):
         cfg = compose("train", ["method=hnn"], return_hydra_config=True)
     order = list(reversed(list(cfg.hydra.runtime.choices)))
     assert "but it comes before integrator, gradient, model" in str(method_order_problem(order))
+
+
+def test_an_added_key_of_a_section_the_stage_does_not_read_is_refused():
+    """``+generate.n_train=96`` given to train would be composed and never read: refused, naming
+    what the stage reads. Keys of sections it reads, other keys and ``++`` pass to the schemas."""
+    problem = unread_section_problem(["seed=1", "+generate.n_train=96"], ["system", "train"])
+    assert problem == (
+        "+generate.n_train=96: this stage does not read the generate section "
+        "(it reads system, train)"
+    )
+    for fine in ("+train.epoch=3", "+model.init.k=2", "++generate.n_train=96", "generate.n=1"):
+        assert unread_section_problem([fine], ["system", "train"]) is None
+    assert "none of system, noise" in unread_section_problem(["+eval.x=1"], [])
