@@ -92,17 +92,12 @@ def tiny_dataset(tmp_path: Path) -> Callable[..., Path]:
 
 
 def make_model(cls, d: int, seed: int, gain: float) -> torch.nn.Module:
-    """A random-init float64 model whose output layer(s) are scaled by ``gain``, so its flow moves
-    states by O(0.1–1) per step instead of the ~1e-2 of a fresh init (a test on a near-identity map
-    proves little)."""
+    """A random-init float64 model whose last layer(s) start ``gain`` times larger (the models'
+    ``output_gain``), so its flow moves states by O(0.1–1) per step instead of the ~1e-2 of a
+    fresh init (a test on a near-identity map proves little)."""
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = cls(d, hidden=(16, 16)).to(torch.float64)
-    with torch.no_grad():
-        for layer in model.modules():
-            if isinstance(layer, torch.nn.Linear) and layer.out_features == 1:
-                layer.weight.mul_(gain)
-    return model
+        return cls(d, hidden=(16, 16), output_gain=gain).to(torch.float64)
 
 
 def tiny_trainer(cfg, loss, run_dir: Path):
