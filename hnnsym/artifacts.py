@@ -16,10 +16,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import h5py
-import numpy
-import torch
-
 from hnnsym.errors import UserError
 from hnnsym.version import __version__
 
@@ -212,7 +208,12 @@ def sha256(path: str | os.PathLike) -> str:
 
 
 def versions() -> dict[str, str]:
-    """Versions of the package and the libraries whose behaviour shapes the numbers."""
+    """Versions of the package and the libraries whose behaviour shapes the numbers (imported
+    here: ``hnnsym.cli`` and the launchers import this module before a stage needs torch)."""
+    import h5py
+    import numpy
+    import torch
+
     return {
         "hnnsym": __version__,
         "torch": torch.__version__,

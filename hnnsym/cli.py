@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hnnsym import sweeps
 from hnnsym.artifacts import writable_dir
+from hnnsym.config.schemas import register_configs
 from hnnsym.errors import ConvergenceError, UserError, exit_with_error, first_line
 from hnnsym.sweeps import debug
 
@@ -29,9 +30,12 @@ CONFIG_ERRORS = (ConfigCompositionException, MissingConfigException, OverridePar
 def stage_main(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Callable[..., Any]]:
     """A stage's entry point: Hydra composes the config ``config_name`` (hnnsym/conf) with the
     command line's overrides, and the stage runs on it, its errors one line each
-    (``exits_cleanly``), and so are Hydra's own (``one_line_config_errors``)."""
+    (``exits_cleanly``), and so are Hydra's own (``one_line_config_errors``). Stage modules
+    import their stage's code inside the decorated function, so that torch is imported only once
+    the config is composed: a bad override, ``--help`` and ``--cfg job`` answer without it."""
 
     def decorate(stage: Callable[[DictConfig], Any]) -> Callable[..., Any]:
+        register_configs()  # the configs hnnsym/conf composes from Hydra's ConfigStore
         hydra_main = hydra.main(version_base="1.3", config_path="conf", config_name=config_name)
         return one_line_config_errors(hydra_main(exits_cleanly(stage)))
 

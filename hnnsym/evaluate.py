@@ -5,11 +5,12 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from hnnsym.cli import stage_main
-from hnnsym.evaluation.stage import evaluate, summary
 
 
 @stage_main("evaluate")
 def main(cfg: DictConfig) -> None:
+    from hnnsym.evaluation.stage import evaluate, summary
+
     metrics = evaluate(cfg)
     print(summary(metrics, Path(cfg.run_dir) / "eval"))
 

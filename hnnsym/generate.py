@@ -3,11 +3,12 @@
 from omegaconf import DictConfig
 
 from hnnsym.cli import stage_main
-from hnnsym.data.simulate import generate
 
 
 @stage_main("generate")
 def main(cfg: DictConfig) -> None:
+    from hnnsym.data.simulate import generate
+
     path = generate(cfg)
     print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
 

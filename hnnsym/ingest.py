@@ -3,11 +3,12 @@
 from omegaconf import DictConfig
 
 from hnnsym.cli import stage_main
-from hnnsym.data.ingest import ingest
 
 
 @stage_main("ingest")
 def main(cfg: DictConfig) -> None:
+    from hnnsym.data.ingest import ingest
+
     path = ingest(cfg)
     print(
         f"wrote {path} ({path.stat().st_size / 2**20:.2f} MiB); next: python -m hnnsym.train "

@@ -12,11 +12,12 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from hnnsym.cli import stage_main
-from hnnsym.profiling.stage import profile
 
 
 @stage_main("profile")
 def main(cfg: DictConfig) -> None:
+    from hnnsym.profiling.stage import profile
+
     profile(cfg, HydraConfig.get().runtime.output_dir)
 
 

@@ -6,11 +6,12 @@ The stage is ``hnnsym.reporting.stage.report``; ``hnnsym/conf/report.yaml`` docu
 from omegaconf import DictConfig
 
 from hnnsym.cli import stage_main
-from hnnsym.reporting.stage import report
 
 
 @stage_main("report")
 def main(cfg: DictConfig) -> None:
+    from hnnsym.reporting.stage import report
+
     report(cfg)
 
 

@@ -12,11 +12,12 @@ in ``hnnsym.reporting.table1``.
 from omegaconf import DictConfig
 
 from hnnsym.cli import stage_main
-from hnnsym.reporting.stage import table1
 
 
 @stage_main("report")
 def main(cfg: DictConfig) -> None:
+    from hnnsym.reporting.stage import table1
+
     table1(cfg)
 
 

@@ -11,11 +11,12 @@ built in ``hnnsym.reporting.table_chain``.
 from omegaconf import DictConfig
 
 from hnnsym.cli import stage_main
-from hnnsym.reporting.stage import table_chain
 
 
 @stage_main("report")
 def main(cfg: DictConfig) -> None:
+    from hnnsym.reporting.stage import table_chain
+
     table_chain(cfg)
 
 

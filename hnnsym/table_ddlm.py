@@ -11,11 +11,12 @@ report.digits). The stage is ``hnnsym.reporting.stage.table_ddlm``; the table is
 from omegaconf import DictConfig
 
 from hnnsym.cli import stage_main
-from hnnsym.reporting.stage import table_ddlm
 
 
 @stage_main("report")
 def main(cfg: DictConfig) -> None:
+    from hnnsym.reporting.stage import table_ddlm
+
     table_ddlm(cfg)
 
 

@@ -7,12 +7,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from hnnsym.cli import stage_main
-from hnnsym.training.stage import train
-from hnnsym.training.trainer import no_improvement_warning
 
 
 @stage_main("train")
 def main(cfg: DictConfig) -> None:
+    from hnnsym.training.stage import train
+    from hnnsym.training.trainer import no_improvement_warning
+
     result = train(cfg)
     s = result.state
     overrides = [

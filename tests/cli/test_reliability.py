@@ -126,6 +126,40 @@ def test_an_override_hydra_cannot_apply_is_one_line(tmp, override, fragments):
     assert "search path" not in error and "HYDRA_FULL_ERROR" not in error
 
 
+STAGE_MODULES = ["generate", "ingest", "train", "evaluate", "profile", "report", "table1",
+                 "table_ddlm", "table_chain"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("stage", "args"),
+    [*((stage, ["--cfg", "job"]) for stage in STAGE_MODULES),
+     ("train", ["system=lorenz"]), ("train", ["--help"])],
+)  # fmt: skip
+def test_a_stage_composes_its_config_before_it_imports_torch(tmp, stage, args):
+    """torch (most of a stage's 2 s start) is imported once the stage runs: a bad override,
+    ``--cfg job`` and ``--help`` answer without it. Run as ``python -m`` runs the module, in a
+    fresh interpreter (the CLI tests' warm one has torch loaded)."""
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['hnnsym.{stage}', *{args!r}]\n"
+        "try:\n"
+        f"    runpy.run_module('hnnsym.{stage}', run_name='__main__', alter_sys=True)\n"
+        "except SystemExit as err:\n"
+        "    print('exit', err.code, file=sys.stderr)\n"
+        "print('torch imported:', 'torch' in sys.modules, file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert "torch imported: False" in proc.stderr, proc.stderr
+    if args == ["system=lorenz"]:
+        assert (
+            "exit 2" in proc.stderr
+            and "error: In 'run': Could not find 'system/lorenz'" in proc.stderr
+        )
+    else:
+        assert proc.stdout.strip() and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_debugging_gives_hydras_own_report_of_an_override(tmp):
     """HNNSYM_DEBUG=1: Hydra's message as Hydra prints it; HYDRA_FULL_ERROR=1: its traceback."""
     proc = cli("train", tmp, "train.no_such_key=1", env={"HNNSYM_DEBUG": "1"})

@@ -21,7 +21,7 @@ from hnnsym.data.units import Units
 from hnnsym.evaluation import horizons
 from hnnsym.evaluation.chains import chain_points
 from hnnsym.evaluation.stage import evaluate, summary
-from hnnsym.train import train
+from hnnsym.training.stage import train
 
 ORIGIN, LENGTHS = (600.0, 400.0), (300.0, 200.0)  # px
 # angles unscaled; the rates stored as p = 1 · θ̇ with time and action scales (powers of two)

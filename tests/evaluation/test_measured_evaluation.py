@@ -18,7 +18,7 @@ from hnnsym.data.hdf5 import Split, write_dataset
 from hnnsym.data.units import Units
 from hnnsym.evaluation import horizons
 from hnnsym.evaluation.stage import evaluate, summary
-from hnnsym.train import train
+from hnnsym.training.stage import train
 
 # powers of two: the conversions are exact; the angle coordinate is never scaled
 UNITS = Units(time=0.25, q=(1.0,), action=4.0, periodic=(0,), names=("theta",),

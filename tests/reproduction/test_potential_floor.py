@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from benchmark_scripts import load_benchmark
 
+from hnnsym.data.simulate import generate
 from hnnsym.errors import UserError
-from hnnsym.generate import generate
 
 
 def double_well_file(compose_config, tmp_path: Path, noise: str) -> Path:
