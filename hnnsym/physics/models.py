@@ -88,10 +88,11 @@ def _activation_derivative(act: nn.Module) -> Callable[[Tensor, Tensor], Tensor]
 
 
 @lru_cache(maxsize=16)
-def _one(dtype: torch.dtype, device: torch.device) -> Tensor:
-    """A 0-dim 1 (read only): the constant of 1 − a² without a ``ones`` op per call."""
+def _constant(value: float, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """A 0-dim ``value`` (read only), such as the 1 of 1 − a², without an op per call to make it
+    or to wrap a Python number."""
     with torch.inference_mode(False):
-        return torch.ones((), dtype=dtype, device=device)
+        return torch.full((), value, dtype=dtype, device=device)
 
 
 def _tanh_and_slope(z: Tensor, overwrite: bool = False) -> tuple[Tensor, Tensor]:
@@ -157,9 +158,11 @@ def _layer_and_slope(act: nn.Module) -> Callable[[Tensor, Tensor, Tensor], tuple
 
 
 def _tanh_of_doubled(z2: Tensor) -> tuple[Tensor, Tensor]:
-    """(tanh z, 1 − tanh² z) from z2 = 2z, computed in z2's memory."""
-    a = torch.sigmoid_(z2).mul_(2).sub_(1)
-    return a, torch.addcmul(_one(a.dtype, a.device), a, a, value=-1)
+    """(tanh z, 1 − tanh² z) from z2 = 2z, computed in z2's memory: 2σ − 1 as one op, −1 + 2σ
+    (the same rounding: 2σ is exact), 4–10 µs faster per call than two scalar ops on CPU."""
+    torch.sigmoid_(z2)
+    a = torch.add(_constant(-1.0, z2.dtype, z2.device), z2, alpha=2, out=z2)
+    return a, torch.addcmul(_constant(1.0, a.dtype, a.device), a, a, value=-1)
 
 
 def _gradient_parameters(net: nn.Sequential) -> list[Tensor]:
@@ -275,7 +278,7 @@ def _tanh_completed(
 ) -> MLPLinearization:
     """The linearisation of a tanh MLP from x, a_1 … a_L and s_i u_i alone:
     s_i = 1 − a_i², t_i u_i = −2 a_i (s_i u_i)."""
-    one = _one(x.dtype, x.device)
+    one = _constant(1.0, x.dtype, x.device)
     slopes = [torch.addcmul(one, a, a, value=-1) for a in outputs]
     ucurv = [torch.mul(a, c).mul_(-2) for a, c in zip(outputs, chain)]
     return MLPLinearization.restore(weights, [x, *outputs[:-1]], slopes, ucurv, chain)
@@ -396,9 +399,8 @@ class MLPLinearization:
             self.hessian = self._hessian_from_tangents(x.shape[0], x.shape[-1])
             return
         columns = []  # ∇²H e_k for each unit vector e_k, one at a time (stacking them measured
-        for k in range(x.shape[-1]):  # slower on CPU); ż_1 = W_1 e_k: a column of W_1, no product
-            column = self.weights[0][:, k].expand(x.shape[0], -1).contiguous()
-            z_dots, _ = self._tangent(None, column)
+        for k in range(x.shape[-1]):  # slower on CPU); ż_1 = W_1 e_k: a column of W_1, no
+            z_dots, _ = self._tangent(None, self.weights[0][:, k])  # product, the same row for all
             columns.append(_narrow_product(self._back(z_dots)[0], self.weights[0]))
         self.hessian = torch.stack(columns, -1)  # symmetric: [m, k, l] = [m, l, k]
 
@@ -453,7 +455,8 @@ class MLPLinearization:
         self, nu: Tensor | None, z_dot: Tensor | None = None
     ) -> tuple[list[Tensor], list[Tensor | None]]:
         """(ż_i, ȧ_{i−1}) for i = 1..L, and ȧ_L, of tangents ν (M, n); ``z_dot``: ż_1 = W_1 ν
-        itself, given in place of ν (then ȧ_0 is None)."""
+        itself, given in place of ν (then ȧ_0 is None): (M, width), or one row (width,) that
+        every state shares."""
         z_dots, a_dots, a_dot = [], [], nu
         for weight, s in zip(self.weights, self.slopes):
             a_dots.append(a_dot)
@@ -464,10 +467,12 @@ class MLPLinearization:
 
     def _back(self, z_dots: list[Tensor]) -> list[Tensor]:
         """r_1 … r_L of tangents whose ż_i are ``z_dots``, computed in their place (fresh
-        tensors of a chunk's size cost page faults on CPU)."""
+        tensors of a chunk's size cost page faults on CPU); a ż_1 given as one row for every
+        state (``_tangent``'s ``z_dot``: a Hessian column's) is read, not overwritten."""
         rs: list[Tensor] = []
         for i in reversed(range(len(self.weights))):
-            r = z_dots[i].mul_(self.ucurv[i])
+            z = z_dots[i]
+            r = z.mul_(self.ucurv[i]) if z.dim() > 1 else self.ucurv[i] * z
             if rs:
                 r.addcmul_(self.slopes[i], torch.mm(rs[0], self.weights[i + 1]))
             rs.insert(0, r)
