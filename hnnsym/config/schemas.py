@@ -311,6 +311,48 @@ class ReportSchema:
     overwrite: bool = MISSING
 
 
+@dataclass
+class IngestSchema:
+    """The ingest section's options by name only: their values take several forms (a number or
+    one per position, a dict or null, a column name or a method) and ``hnnsym.data.settings``
+    checks them, with the data. Here a misspelt option (``+ingest.gap_tolerence=1``) is refused
+    rather than composed and ignored."""
+
+    source: Any = MISSING
+    name: Any = MISSING
+    header: Any = MISSING
+    separator: Any = MISSING
+    comment: Any = MISSING
+    skip_rows: Any = MISSING
+    names: Any = MISSING
+    units: Any = MISSING
+    time: Any = MISSING
+    dt: Any = MISSING
+    trial: Any = MISSING
+    positions: Any = MISSING
+    momenta: Any = MISSING
+    velocities: Any = MISSING
+    smoothing: Any = MISSING
+    mass: Any = MISSING
+    angles: Any = MISSING
+    wrapped: Any = MISSING
+    points: Any = MISSING
+    chain: Any = MISSING
+    coordinates: Any = MISSING
+    gap_tolerance: Any = MISSING
+    jitter: Any = MISSING
+    irregular: Any = MISSING
+    min_segment: Any = MISSING
+    every: Any = MISSING
+    max_segment: Any = MISSING
+    steps: Any = MISSING
+    test_steps: Any = MISSING
+    scale: Any = MISSING
+    split: Any = MISSING
+    seed: Any = MISSING
+    overwrite: Any = MISSING
+
+
 # Each stage's sections (top-level keys of its composed config) and their schemas.
 SECTIONS: dict[str, type] = {
     "system": SystemSchema,
@@ -320,6 +362,7 @@ SECTIONS: dict[str, type] = {
     "eval": EvalSchema,
     "profile": ProfileSchema,
     "report": ReportSchema,
+    "ingest": IngestSchema,
 }
 
 

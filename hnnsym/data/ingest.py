@@ -45,6 +45,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from hnnsym.artifacts import creatable_dir, sha256
+from hnnsym.config.schemas import validated
 from hnnsym.data.chains import Chain, chain_mapping
 from hnnsym.data.hdf5 import SPLITS, Split, write_dataset
 from hnnsym.data.readers import read_table
@@ -270,7 +271,7 @@ def output_path(cfg: DictConfig) -> Path:
 
 def ingest(cfg: DictConfig) -> Path:
     """Read ``ingest.source``, segment, split and write the HDF5 file; returns its path."""
-    i = cfg.ingest
+    i = validated(cfg, "ingest", common=False).ingest
     if i.source is None:
         raise UserError("give the measurement file: ingest.source=<path>")
     source = Path(str(i.source))

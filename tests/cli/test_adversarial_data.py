@@ -162,3 +162,15 @@ def test_ingest_refuses_a_broken_text_file_in_one_line(tmp_path, case):
     assert_one_line_error(proc, str(source), *fragments)
     assert tree_hashes(source.parent) == before
     assert not out.parent.exists()
+
+
+def test_ingest_refuses_an_option_it_does_not_have_in_one_line(tmp_path):
+    """``+ingest.gap_tolerence=1`` (misspelt; Hydra's own error suggests the +) is refused before
+    the file is read, not composed and ignored."""
+    source = tmp_path / "m.csv"
+    source.write_text("t,x,v\n" + "".join(f"{k * 0.1},{k},1\n" for k in range(40)))
+    out = tmp_path / "out" / "m.h5"
+    proc = run_stage("ingest", f"ingest.source={source}", *INGEST, "+ingest.gap_tolerence=1",
+                     f"data_file={out}", f"hydra.run.dir={tmp_path / 'h'}")  # fmt: skip
+    assert_one_line_error(proc, "ingest.gap_tolerence: Key 'gap_tolerence' not in 'IngestSchema'")
+    assert not out.parent.exists()

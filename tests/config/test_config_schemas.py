@@ -25,6 +25,7 @@ STAGE_SECTIONS = {
     "evaluate": ("system", "noise", "train", "eval"),
     "profile": ("system", "profile"),
     "report": ("report",),
+    "ingest": ("ingest",),
 }
 
 
@@ -40,7 +41,7 @@ def test_the_shipped_configs_match_their_schemas(compose_config, stage, experime
     overrides = [f"experiment={experiment}"] if experiment else []
     cfg = compose_config(stage, overrides)
     before = OmegaConf.to_container(cfg, resolve=False)
-    validated(cfg, *STAGE_SECTIONS[stage], common=stage != "report")
+    validated(cfg, *STAGE_SECTIONS[stage], common=stage not in ("report", "ingest"))
     for name in STAGE_SECTIONS[stage]:  # same values after the check (types may only widen)
         assert (
             OmegaConf.to_container(cfg[name], resolve=True)
@@ -76,6 +77,7 @@ def test_every_schema_field_is_in_the_yaml(compose_config):
         ("profile", "profile.exact.iterations=x", "profile.exact.iterations: Value 'x' of type 'str'"),
         ("report", "report.digits=three", "report.digits: Value 'three' of type 'str'"),
         ("report", "+report.colour=red", "report.colour: Key 'colour' not in 'ReportSchema'"),
+        ("ingest", "+ingest.gap_tolerence=1", "ingest.gap_tolerence: Key 'gap_tolerence' not in 'IngestSchema'"),
     ],
 )  # fmt: skip
 def test_type_errors_are_one_line(compose_config, stage, override, message):
@@ -83,7 +85,7 @@ def test_type_errors_are_one_line(compose_config, stage, override, message):
         stage, [override] + (["system=coupled_oscillator"] if "alpha" in override else [])
     )
     with pytest.raises(UserError) as err:
-        validated(cfg, *STAGE_SECTIONS[stage], common=stage != "report")
+        validated(cfg, *STAGE_SECTIONS[stage], common=stage not in ("report", "ingest"))
     assert message in str(err.value)
     assert "\n" not in str(err.value)
 
