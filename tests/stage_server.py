@@ -2,10 +2,10 @@
 libraries the stages use once, then forks one child per request that runs ``python -m
 hnnsym.<stage> <overrides>`` as that command does: in a process of its own, with its argv, working
 directory and environment, stdin from /dev/null, stdout and stderr to files, and its exit status.
-What the child skips is the imports, most of a stage process's start (``import hnnsym.train``
-takes 1.8 of the 2.1 s in which ``python -m hnnsym.train threads=0`` refuses its option, on one
-core). The stage module itself is not imported here, so each child runs it fresh as
-``__main__``.
+What the child skips is the imports, most of a stage process's start (``import hnnsym.cli,
+hnnsym.training.stage`` takes 1.9 of the 2.2 s in which ``python -m hnnsym.train threads=0``
+refuses its option, on one core). The stage module itself is not imported here, so each child
+runs it fresh as ``__main__``.
 
 Requests come on stdin, one JSON object per line: {"module", "args", "cwd", "env", "stdout",
 "stderr", "timeout"}. Each answer is one line on stdout: {"returncode"}, None where the child ran
@@ -24,7 +24,7 @@ import sys
 import time
 import traceback
 
-# what the stages import before they read their config; OMP_NUM_THREADS=1 (set by the client)
+# what the stages import, most of it once Hydra has composed; OMP_NUM_THREADS=1 (set by the client)
 # keeps OpenMP from starting a thread team here, which a forked child could not use
 WARM = (
     "torch",
