@@ -14,6 +14,8 @@ AOT autograd derives; only an H without a closed-form ∇H takes it by ``torch.f
 mode. Either equals the eager field to rounding. A model with a field of its own (``OWN_FIELD``)
 is traced as it is.
 
+On CUDA, a program that runs outside grad mode replays as CUDA graphs (``uses_cuda_graphs``).
+
 Each compiled function belongs to one structure of H (``_structure``: its modules' types and
 plain-data attributes, its tensors' names and shapes), tableau, h and grad mode, and dynamo checks
 only its tensors on each call (dtype, device, shape, strides, requires_grad; another shape
@@ -195,14 +197,32 @@ def _compile(fn: Callable, device_type: str) -> Callable:
     kernels and matrix products in place of its Python one (5–8 % off the headline training
     iteration on one CPU core, and no slower to compile). Not on CUDA: there torch 2.11's C++
     wrapper fails on the backward graph, which AOT autograd compiles lazily, outside the
-    options' scope ("CudaKernelParamCache not populated")."""
+    options' scope ("CudaKernelParamCache not populated").
+    On CUDA outside grad mode, inductor's CUDA graphs (``uses_cuda_graphs``; such programs are
+    not kept on disk whole)."""
     options: dict[str, Any] = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
     if device_type == "cpu":
         options["cpp_wrapper"] = True
+    graphs = uses_cuda_graphs(device_type)
+    if graphs:
+        options["triton.cudagraphs"] = True
     compiled = torch.compile(fn, dynamic=False, fullgraph=True, options=options)
     # its programs are these settings' and can be compiled ahead and saved (``_Program._ahead``)
-    compiled.kept_on_disk = programs_on_disk()
+    compiled.kept_on_disk = programs_on_disk() and not graphs
+    compiled.cuda_graphs = graphs  # its outputs are copied out of the graphs' pool (``_Program``)
     return compiled
+
+
+def uses_cuda_graphs(device_type: str) -> bool:
+    """Whether a program compiled now for a device of this type replays its kernels as CUDA graphs: on CUDA,
+    outside grad mode (the symplectic adjoint's forward solve and its chunks, the checkpointing
+    methods' forward, evaluation's rollouts). A replay launches a program's kernels at once, where
+    the host launching them one by one otherwise sets the pace. Its outputs live in the graphs'
+    memory pool, which the next replay overwrites, so ``_Program`` copies them out. Not in grad
+    mode: there the saved tensors of AOT autograd's backward live in that pool too, and a solve
+    that drops some of a program's outputs and calls it again before the backward had them
+    overwritten."""
+    return device_type == "cuda" and not torch.is_grad_enabled()
 
 
 @functools.lru_cache(maxsize=1)
@@ -239,6 +259,7 @@ class _Program:
 
     def __init__(self, compiled: Callable, run: Callable, name: str, key: tuple) -> None:
         self.compiled, self.name, self.key = compiled, name, key
+        self.graphs = getattr(compiled, "cuda_graphs", False)
         # what the traced code reads from its closure (the integrator, h, ...): given to a loaded
         # program as it is now, never saved with it
         self.closure = {f"closure_{i}": cell.cell_contents
@@ -257,8 +278,13 @@ class _Program:
             ):
                 program = self._ahead(H, inputs, signature) or self.compiled
                 self.by_signature[signature] = program
-                return program(H, *inputs)
-        return program(H, *inputs)
+                return self._outputs(program(H, *inputs))
+        return self._outputs(program(H, *inputs))
+
+    def _outputs(self, value: Any) -> Any:
+        """A CUDA graph's outputs copied out of its pool (``uses_cuda_graphs``), the same
+        nesting; other programs' as they are."""
+        return _copied(value) if self.graphs else value
 
     def _ahead(self, H, inputs: tuple[Tensor, ...], signature: tuple) -> Callable | None:
         """The program loaded from the disk cache, or compiled ahead and saved there; None where
@@ -523,6 +549,15 @@ def _tensors(value: Any) -> list[Tensor]:
     if isinstance(value, (tuple, list)):
         return [t for v in value for t in _tensors(v)]
     return []
+
+
+def _copied(value: Any) -> Any:
+    """Each tensor in nested tuples and lists cloned; the rest as it is."""
+    if isinstance(value, Tensor):
+        return value.clone()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_copied(v) for v in value)
+    return value
 
 
 def _parameters(H: Any) -> list[Tensor]:

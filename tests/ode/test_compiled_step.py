@@ -307,13 +307,16 @@ def test_integrate_accepts_the_compiled_integrator():
     assert (a - b).abs().max() <= 1e-13
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gradient", ["checkpoint", "symplectic_adjoint"])
-def test_recomputing_methods_continue_the_compiled_run(gradient):
+def test_recomputing_methods_continue_the_compiled_run(gradient, device):
     """Stepwise methods that recompute the states between kept ones (keep_every = 4) restart the
-    compiled run from a kept state and its predictor history: the gradient is the eager one."""
+    compiled run from a kept state and its predictor history: the gradient is the eager one. On
+    CUDA the forward without grad replays CUDA graphs and the recomputation in grad mode does
+    not."""
     method = get_gradient(gradient, keep_every=4)
-    _, g_c, _ = _run(torch.float64, method, True)
-    _, g_e, _ = _run(torch.float64, get_gradient(gradient, keep_every=4), False)
+    _, g_c, _ = _run(torch.float64, method, True, device=device)
+    _, g_e, _ = _run(torch.float64, get_gradient(gradient, keep_every=4), False, device=device)
     assert (g_c - g_e).abs().max() <= 1e-10 * g_e.abs().max()
 
 
@@ -607,3 +610,43 @@ def test_a_program_on_disk_belongs_to_the_cpu_it_was_compiled_for(monkeypatch):
     name = compiled._disk_key(model, ("_steps",), signature)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "ANOTHER_ISA")
     assert compiled._disk_key(model, ("_steps",), signature) != name
+
+
+def test_cuda_graphs_only_outside_grad_mode_and_their_outputs_are_copied_out():
+    """``uses_cuda_graphs``: on CUDA outside grad mode only. A program that replays CUDA graphs
+    returns copies of its outputs (the next replay overwrites the pool they live in), the same
+    nesting; any other program returns its outputs as they are."""
+    with torch.no_grad():
+        assert compiled.uses_cuda_graphs("cuda") and not compiled.uses_cuda_graphs("cpu")
+    assert not compiled.uses_cuda_graphs("cuda")
+    pool = torch.arange(3.0)
+
+    def replay(H, y):
+        return [pool, None], (y,)
+
+    for graphs in (True, False):
+        replay.cuda_graphs = graphs
+        program = compiled._Program(replay, replay, "replay", ())
+        (first, none), (y,) = program(None, torch.ones(2))
+        assert none is None and torch.equal(first, pool) and torch.equal(y, torch.ones(2))
+        assert (first.data_ptr() != pool.data_ptr()) == graphs
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_rollout_without_grad_replays_cuda_graphs_and_keeps_its_states():
+    """Outside grad mode a compiled solve on CUDA runs as CUDA graphs (no program skipped
+    them), its states equal the eager solve's to rounding, and a second rollout's replays leave
+    the first's states as they were."""
+    from torch._dynamo.utils import counters
+
+    skipped = counters["inductor"]["cudagraph_skips"]
+    first, _, _ = _run(torch.float64, "symplectic_adjoint", True, loss_grad=False, device="cuda")
+    kept = first.clone()
+    model, y0 = _problem(torch.float64, "cuda")
+    integ = get_integrator("implicit_midpoint", compile=True)
+    with torch.no_grad():
+        solve(model, 2 * y0, H_STEP, STEPS, integ, "symplectic_adjoint")
+    eager, _, _ = _run(torch.float64, "symplectic_adjoint", False, loss_grad=False, device="cuda")
+    assert counters["inductor"]["cudagraph_skips"] == skipped
+    assert torch.equal(first, kept)
+    assert (first - eager).abs().max() <= 64 * torch.finfo(torch.float64).eps * eager.abs().max()
