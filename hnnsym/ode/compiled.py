@@ -214,14 +214,14 @@ def _compile(fn: Callable, device_type: str) -> Callable:
 
 
 def uses_cuda_graphs(device_type: str) -> bool:
-    """Whether a program compiled now for a device of this type replays its kernels as CUDA graphs: on CUDA,
-    outside grad mode (the symplectic adjoint's forward solve and its chunks, the checkpointing
-    methods' forward, evaluation's rollouts). A replay launches a program's kernels at once, where
-    the host launching them one by one otherwise sets the pace. Its outputs live in the graphs'
-    memory pool, which the next replay overwrites, so ``_Program`` copies them out. Not in grad
-    mode: there the saved tensors of AOT autograd's backward live in that pool too, and a solve
-    that drops some of a program's outputs and calls it again before the backward had them
-    overwritten."""
+    """Whether a program compiled now for a device of this type replays its kernels as CUDA
+    graphs: on CUDA, outside grad mode (the symplectic adjoint's forward solve and its chunks, the
+    checkpointing methods' forward, evaluation's rollouts). A replay launches a program's kernels
+    at once, where the host launching them one by one otherwise sets the pace. Its outputs live in
+    the graphs' memory pool, which the next replay overwrites, so ``_Program`` copies them out.
+    Not in grad mode: AOT autograd's saved tensors live in that pool too, and the backward pass
+    that checks a new program (``_check_backward``), run in the middle of a solve, tells the
+    graph trees that no forward awaits its backward, so the next call reuses their memory."""
     return device_type == "cuda" and not torch.is_grad_enabled()
 
 
