@@ -306,3 +306,18 @@ def test_bad_keep_every_is_refused():
     for bad in (0, -2, 1.5, "log"):
         with pytest.raises(ValueError, match="keep_every"):
             get_gradient("symplectic_adjoint", keep_every=bad)
+
+
+def test_the_one_stage_2x2_adjoint_matrices_equal_the_general_solve():
+    """``_one_stage_2x2`` (G and R entry by entry) against G = (I − h diag(a) Dᵀ)⁻¹ h diag(b) and
+    R = I + Dᵀ G by ``torch.linalg.solve``, for a partitioned tableau (a_q ≠ a_p, b_q ≠ b_p)."""
+    from hnnsym.ode.gradients.symplectic_adjoint import _one_stage_2x2
+
+    D = torch.randn(3, 5, 2, 2, dtype=F64, generator=torch.Generator().manual_seed(0))
+    h, a, b = 0.1, torch.tensor([1.0, 0.3], dtype=F64), torch.tensor([0.7, 1.2], dtype=F64)
+    M = torch.eye(2, dtype=F64) - h * a[:, None] * D.transpose(-1, -2)
+    G = torch.linalg.solve(M, torch.diag(h * b).expand_as(M))
+    R = torch.eye(2, dtype=F64) + D.transpose(-1, -2) @ G
+    G_2x2, R_2x2 = _one_stage_2x2(D, h, 1.0, 0.3, 0.7, 1.2)
+    assert torch.allclose(G_2x2, G, rtol=1e-13, atol=1e-15)
+    assert torch.allclose(R_2x2, R, rtol=1e-13, atol=1e-15)
