@@ -17,9 +17,10 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+# importing hnnsym.config stores the configs declared in Python in Hydra's ConfigStore
+import hnnsym.config  # noqa: F401
 from hnnsym import sweeps
 from hnnsym.artifacts import writable_dir
-from hnnsym.config.schemas import register_configs
 from hnnsym.errors import ConvergenceError, UserError, exit_with_error, first_line
 from hnnsym.sweeps import debug
 
@@ -35,7 +36,6 @@ def stage_main(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Call
     the config is composed: a bad override, ``--help`` and ``--cfg job`` answer without it."""
 
     def decorate(stage: Callable[[DictConfig], Any]) -> Callable[..., Any]:
-        register_configs()  # the configs hnnsym/conf composes from Hydra's ConfigStore
         hydra_main = hydra.main(version_base="1.3", config_path="conf", config_name=config_name)
         return one_line_config_errors(hydra_main(exits_cleanly(stage)))
 
