@@ -185,6 +185,7 @@ def chunk_adjoint(
     # (I − h P) μ = h (b ⊗ λ) per step; row (j, m), column (i, k): h A[i, j, m] D_i[k, m].
     # The matrices do not depend on λ: μ = G λ with G = (I − h P)⁻¹ h (b ⊗ I), and
     # λ_n = λ + Σ_i Df(Y_i)ᵀ μ_i = R λ with R = I + Dᵀ G, all the chunk's steps at once.
+    R: Tensor | None = None  # given with G in the one-stage 2 × 2 case, else formed from G below
     if s == 1 and dim == 2 and not compiled:  # eagerly, one stage, one degree of freedom
         G, R = _one_stage_2x2(D[0], h, tab.a_q[0][0], tab.a_p[0][0], tab.b_q[0], tab.b_p[0])
     elif s == 1 and not compiled:  # eagerly, one stage: P = Dᵀ with row m
@@ -202,15 +203,16 @@ def chunk_adjoint(
         else:
             LU, pivots = torch.linalg.lu_factor(M)
             G = torch.linalg.lu_solve(LU, pivots, hb.expand(c, B, s * dim, dim))
-    DT = D.permute(1, 2, 0, 3, 4).reshape(c, B, s * dim, dim)  # [t, b, (i, k), m]
-    # R = I + DTᵀ G: in a compiled chunk as a product and a sum over (i, k), which inductor fuses
-    # (a batched product is a library call there, 87 µs at 4096 2 × 2 matrices); eagerly as one
-    # batched product (the product and the sum take 3x its time there)
-    if compiled:
-        R = eye + (DT.unsqueeze(-1) * G.unsqueeze(-2)).sum(-3)
-    elif not (s == 1 and dim == 2):
-        R = torch.baddbmm(eye, DT.transpose(-1, -2).reshape(c * B, dim, s * dim),
-                          G.reshape(c * B, s * dim, dim)).view(c, B, dim, dim)  # fmt: skip
+    if R is None:
+        DT = D.permute(1, 2, 0, 3, 4).reshape(c, B, s * dim, dim)  # [t, b, (i, k), m]
+        # R = I + DTᵀ G: in a compiled chunk as a product and a sum over (i, k), which inductor
+        # fuses (a batched product is a library call there, 87 µs at 4096 2 × 2 matrices);
+        # eagerly as one batched product (the product and the sum take 3x its time there)
+        if compiled:
+            R = eye + (DT.unsqueeze(-1) * G.unsqueeze(-2)).sum(-3)
+        else:
+            R = torch.baddbmm(eye, DT.transpose(-1, -2).reshape(c * B, dim, s * dim),
+                              G.reshape(c * B, s * dim, dim)).view(c, B, dim, dim)  # fmt: skip
     lams = []  # λ_{n+1} per step, last step first
     for t in reversed(range(c)):  # λ_n = R λ_{n+1} + the loss's own jump: compiled, a product
         lams.append(lam)  # and a sum that fuse into one loop (a batched product is a 17 µs
