@@ -35,6 +35,7 @@ ROOT = Path(hnnsym.__file__).parent
 ENTRY = 10
 LAYERS: dict[str, int] = {
     "errors": 0,
+    "signals": 0,
     "conf": 0,
     "ode": 1,
     "physics": 2,

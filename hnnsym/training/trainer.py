@@ -12,12 +12,9 @@ run usually sees data in units its network cannot resolve (a validation loss tha
 
 from __future__ import annotations
 
-import contextlib
 import math
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +33,7 @@ from hnnsym.data.windows import take_windows, window_times
 from hnnsym.errors import ConvergenceError, UserError
 from hnnsym.ode.problem import SolverStats
 from hnnsym.progress import progress
+from hnnsym.signals import deferred_signals
 from hnnsym.training.losses import LearnedStarts, evaluate_loss
 
 
@@ -160,6 +158,8 @@ class Trainer:
         self.starts = starts
         self.average = None if options.ema is None else WeightAverage(model, options.ema)
         self.state = TrainState()
+        # runs the handlers of the signals deferred since its last call; set by fit
+        self._safe_point: Callable[[], None] = lambda: None
 
     @property
     def averaging(self) -> bool:
@@ -258,7 +258,7 @@ class Trainer:
             enabled=t.progress, dynamic_ncols=True,
         )  # fmt: skip
         for k, idx in enumerate(bar):
-            self._check_interrupt()
+            self._safe_point()
             times = window_times(self.train, t.window, idx, self.generator)
             windows = take_windows(self.train, idx, times)
             self.optimizer.zero_grad(set_to_none=True)
@@ -309,12 +309,15 @@ class Trainer:
         }
 
     def fit(self) -> TrainState:
-        """Train to the budget or early stop. Ctrl-C (SIGINT) is deferred to the next batch
-        boundary or to after the epoch's checkpoints are written, then raised as ``Interrupted``
-        (a KeyboardInterrupt saying what was saved): last.pt always holds a whole epoch."""
-        with _deferred_sigint() as self._interrupt:
+        """Train to the budget or early stop. Signals with Python handlers (Ctrl-C's SIGINT,
+        submitit's pre-timeout SIGUSR2) are deferred to the next batch boundary or to after the
+        epoch's checkpoints are written (``hnnsym.signals``): last.pt always holds a whole epoch.
+        Ctrl-C is then raised as ``Interrupted`` (a KeyboardInterrupt saying what was saved)."""
+        with deferred_signals() as self._safe_point:
             try:
-                return self._fit()
+                state = self._fit()
+                self._safe_point()  # a signal during the last epoch's writes
+                return state
             except KeyboardInterrupt:
                 if self.state.epoch:
                     saved = (f"{self.last_path} holds epoch {self.state.epoch}; continue with "
@@ -332,14 +335,10 @@ class Trainer:
         steps = steps_per_epoch(n, size)
         return f"  [only {steps} optimizer step{'s' if steps > 1 else ''}/epoch: {advice}]"
 
-    def _check_interrupt(self) -> None:
-        if getattr(self, "_interrupt", {}).get("set"):
-            raise KeyboardInterrupt
-
     def _fit(self) -> TrainState:
         t, s = self.options, self.state
         while s.epoch < t.epochs and not s.finished:
-            self._check_interrupt()
+            self._safe_point()
             try:
                 row = self.run_epoch()
             except (_Diverged, ConvergenceError) as err:
@@ -387,21 +386,3 @@ class Interrupted(KeyboardInterrupt):
 
 class _Diverged(RuntimeError):
     pass
-
-
-@contextlib.contextmanager
-def _deferred_sigint() -> Iterator[dict]:
-    """While active, SIGINT sets flag["set"] instead of raising (main thread only)."""
-    flag = {"set": False}
-    if threading.current_thread() is not threading.main_thread():
-        yield flag
-        return
-
-    def handler(signum, frame):
-        flag["set"] = True
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield flag
-    finally:
-        signal.signal(signal.SIGINT, previous)

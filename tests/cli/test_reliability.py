@@ -36,7 +36,15 @@ def cli(stage: str, tmp: Path, *overrides: str, run: str = "run", wait: bool = T
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         env.pop("HYDRA_FULL_ERROR", None)
         cmd = [sys.executable, "-m", f"hnnsym.{stage}", *SYSTEM, *paths, *overrides]
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        # Ctrl-C's SIGINT as a terminal delivers it: a suite started in the background ignores
+        # SIGINT, Python keeps an inherited SIG_IGN, and the stages leave an ignored signal ignored
+        return subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     return run_stage(stage, *SYSTEM, *paths, *overrides, **kwargs)
 
 
