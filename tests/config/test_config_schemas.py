@@ -27,6 +27,7 @@ STAGE_SECTIONS = {
     "report": ("report",),
     "ingest": ("ingest",),
 }
+WITHOUT_COMMON = ("report", "ingest")  # the stages that validate their sections with common=False
 
 
 CASES = [(stage, None) for stage in STAGE_SECTIONS] + [
@@ -41,7 +42,7 @@ def test_the_shipped_configs_match_their_schemas(compose_config, stage, experime
     overrides = [f"experiment={experiment}"] if experiment else []
     cfg = compose_config(stage, overrides)
     before = OmegaConf.to_container(cfg, resolve=False)
-    validated(cfg, *STAGE_SECTIONS[stage], common=stage not in ("report", "ingest"))
+    validated(cfg, *STAGE_SECTIONS[stage], common=stage not in WITHOUT_COMMON)
     for name in STAGE_SECTIONS[stage]:  # same values after the check (types may only widen)
         assert (
             OmegaConf.to_container(cfg[name], resolve=True)
@@ -85,7 +86,7 @@ def test_type_errors_are_one_line(compose_config, stage, override, message):
         stage, [override] + (["system=coupled_oscillator"] if "alpha" in override else [])
     )
     with pytest.raises(UserError) as err:
-        validated(cfg, *STAGE_SECTIONS[stage], common=stage not in ("report", "ingest"))
+        validated(cfg, *STAGE_SECTIONS[stage], common=stage not in WITHOUT_COMMON)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
 
