@@ -171,61 +171,74 @@ def chunk_adjoint(
     closed form gives the gradients of all of them); falsy: no parameter gradient."""
     tab = integrator.tableau
     s, c, dim = Y.shape[0], jumps.shape[0], Y.shape[-1]
-    B, n_q = Y.shape[1] // c, dim // 2
-    a_q, b_q, a_p, b_p = tab.coefficients(Y.dtype, Y.device)
-    # per component m: A[i, j, m] = a_q or a_p [i][j], b[i, m] = b_q or b_p [i]
-    A = torch.cat([a_q[..., None].expand(s, s, n_q), a_p[..., None].expand(s, s, dim - n_q)], -1)
-    b = torch.cat([b_q[:, None].expand(s, n_q), b_p[:, None].expand(s, dim - n_q)], -1)
+    B = Y.shape[1] // c
     field = FieldLinearization(
         H, Y.reshape(s * c * B, dim), params if isinstance(params, list) else []
     )
     D = field.jacobian.reshape(s, c, B, dim, dim)  # D[i, t, b, k, m] = ∂f_k/∂y_m
-    eye = torch.eye(dim, dtype=Y.dtype, device=Y.device)
     compiled = torch.compiler.is_compiling()  # traced into a compiled chunk (compiled.chunk)
     # (I − h P) μ = h (b ⊗ λ) per step; row (j, m), column (i, k): h A[i, j, m] D_i[k, m].
     # The matrices do not depend on λ: μ = G λ with G = (I − h P)⁻¹ h (b ⊗ I), and
     # λ_n = λ + Σ_i Df(Y_i)ᵀ μ_i = R λ with R = I + Dᵀ G, all the chunk's steps at once.
-    R: Tensor | None = None  # given with G in the one-stage 2 × 2 case, else formed from G below
     if s == 1 and dim == 2 and not compiled:  # eagerly, one stage, one degree of freedom
         G, R = _one_stage_2x2(D[0], h, tab.a_q[0][0], tab.a_p[0][0], tab.b_q[0], tab.b_p[0])
-    elif s == 1 and not compiled:  # eagerly, one stage: P = Dᵀ with row m
+    else:
+        G, R = _adjoint_matrices(tab, D, h, compiled)
+    # λ_n = R λ_{n+1} + the loss's own jump, λ_{n+1} kept per step (last step first): compiled,
+    # a product and a sum that fuse into one loop (a batched product is a 17 µs library call
+    # per step there); eagerly, one baddbmm per step on λ as columns (B, n, 1)
+    lams = []
+    if compiled:
+        for t in reversed(range(c)):
+            lams.append(lam.unsqueeze(-1))
+            lam = jumps[t] + (R[t] * lam.unsqueeze(-2)).sum(-1)
+    else:  # the steps' R and jumps as one unbind each, not a select per step
+        lam = lam.unsqueeze(-1)
+        for R_t, jump in zip(reversed(R.unbind(0)), reversed(jumps.unsqueeze(-1).unbind(0))):
+            lams.append(lam)
+            lam = torch.baddbmm(jump, R_t, lam)
+        lam = lam.squeeze(-1)
+    param_grads: list[Tensor | None] = []
+    if params:
+        lams_in_order = torch.stack(lams[::-1])  # (c, B, n, 1)
+        mus = (G @ lams_in_order).view(c, B, s, dim).permute(2, 0, 1, 3).reshape(s * c * B, dim)
+        param_grads = field.param_vjp(mus)
+    return lam, param_grads
+
+
+def _adjoint_matrices(tab, D: Tensor, h: float, compiled: bool) -> tuple[Tensor, Tensor]:
+    """G (c, B, s·n, n) and R (c, B, n, n) of ``chunk_adjoint`` from the Jacobians D
+    (s, c, B, n, n) of a tableau with any number of stages, on any dimension n."""
+    s, c, B, dim = D.shape[0], D.shape[1], D.shape[2], D.shape[-1]
+    n_q = dim // 2
+    a_q, b_q, a_p, b_p = tab.coefficients(D.dtype, D.device)
+    # per component m: A[i, j, m] = a_q or a_p [i][j], b[i, m] = b_q or b_p [i]
+    A = torch.cat([a_q[..., None].expand(s, s, n_q), a_p[..., None].expand(s, s, dim - n_q)], -1)
+    b = torch.cat([b_q[:, None].expand(s, n_q), b_p[:, None].expand(s, dim - n_q)], -1)
+    eye = torch.eye(dim, dtype=D.dtype, device=D.device)
+    if s == 1 and not compiled:  # eagerly, one stage: P = Dᵀ with row m
         # scaled by a_m, and h (b ⊗ I) = diag(h b) scales G's columns (no einsum, no LU solve;
         # a compiled chunk keeps the general form: it measured no faster there)
         M = torch.addcmul(eye, A[0, 0, :, None], D[0].transpose(-1, -2), value=-h)
-        inverse = torch.linalg.inv_ex(M).inverse
-        G = inverse * (h * b[0])
+        G = torch.linalg.inv_ex(M).inverse * (h * b[0])
     else:
         P = torch.einsum("ijm,itbkm->tbjmik", A, D).reshape(c, B, s * dim, s * dim)
-        M = torch.eye(s * dim, dtype=Y.dtype, device=Y.device) - h * P
+        M = torch.eye(s * dim, dtype=D.dtype, device=D.device) - h * P
         hb = (h * b).reshape(s * dim, 1) * eye.repeat(s, 1)  # (s·dim, dim)
         if s * dim == 2:  # one stage, d = 1 (implicit midpoint on a 1-DOF system): Cramer's rule
             G = _inverse_2x2(M) @ hb
         else:
             LU, pivots = torch.linalg.lu_factor(M)
             G = torch.linalg.lu_solve(LU, pivots, hb.expand(c, B, s * dim, dim))
-    if R is None:
-        DT = D.permute(1, 2, 0, 3, 4).reshape(c, B, s * dim, dim)  # [t, b, (i, k), m]
-        # R = I + DTᵀ G: in a compiled chunk as a product and a sum over (i, k), which inductor
-        # fuses (a batched product is a library call there, 87 µs at 4096 2 × 2 matrices);
-        # eagerly as one batched product (the product and the sum take 3x its time there)
-        if compiled:
-            R = eye + (DT.unsqueeze(-1) * G.unsqueeze(-2)).sum(-3)
-        else:
-            R = torch.baddbmm(eye, DT.transpose(-1, -2).reshape(c * B, dim, s * dim),
-                              G.reshape(c * B, s * dim, dim)).view(c, B, dim, dim)  # fmt: skip
-    lams = []  # λ_{n+1} per step, last step first
-    for t in reversed(range(c)):  # λ_n = R λ_{n+1} + the loss's own jump: compiled, a product
-        lams.append(lam)  # and a sum that fuse into one loop (a batched product is a 17 µs
-        if compiled:  # library call per step there); eagerly, one baddbmm
-            lam = jumps[t] + (R[t] * lam.unsqueeze(-2)).sum(-1)
-        else:
-            lam = torch.baddbmm(jumps[t].unsqueeze(-1), R[t], lam.unsqueeze(-1)).squeeze(-1)
-    param_grads: list[Tensor | None] = []
-    if params:
-        lams_in_order = torch.stack(lams[::-1]).unsqueeze(-1)  # (c, B, n, 1)
-        mus = (G @ lams_in_order).view(c, B, s, dim).permute(2, 0, 1, 3).reshape(s * c * B, dim)
-        param_grads = field.param_vjp(mus)
-    return lam, param_grads
+    DT = D.permute(1, 2, 0, 3, 4).reshape(c, B, s * dim, dim)  # [t, b, (i, k), m]
+    # R = I + DTᵀ G: in a compiled chunk as a product and a sum over (i, k), which inductor
+    # fuses (a batched product is a library call there, 87 µs at 4096 2 × 2 matrices);
+    # eagerly as one batched product (the product and the sum take 3x its time there)
+    if compiled:
+        return G, eye + (DT.unsqueeze(-1) * G.unsqueeze(-2)).sum(-3)
+    R = torch.baddbmm(eye, DT.transpose(-1, -2).reshape(c * B, dim, s * dim),
+                      G.reshape(c * B, s * dim, dim)).view(c, B, dim, dim)  # fmt: skip
+    return G, R
 
 
 def _one_stage_2x2(
@@ -237,7 +250,7 @@ def _one_stage_2x2(
     G = r [[h b_q M₁₁, h b_p α₀ D₁₀], [h b_q α₁ D₀₁, h b_p M₀₀]] (α = h a), each entry a few
     elementwise ops: on CPU at 4096 matrices, 0.15 ms against 0.27 ms for M's broadcast
     ``addcmul``, the inverse and R's batched product. Both (..., 2, 2)."""
-    d00, d01, d10, d11 = D[..., 0, 0], D[..., 0, 1], D[..., 1, 0], D[..., 1, 1]
+    d00, d01, d10, d11 = D.flatten(-2).unbind(-1)
     alpha_q, alpha_p = h * a_q, h * a_p
     m00, m11 = 1 - alpha_q * d00, 1 - alpha_p * d11
     r = torch.addcmul(m00 * m11, d10, d01, value=-alpha_q * alpha_p).reciprocal_()
