@@ -196,6 +196,9 @@ def test_model_vector_field_is_the_damped_hamiltonian_field(kind, on):
     torch.testing.assert_close(vector_field(model, y, create_graph=False), expected,
                                rtol=0, atol=1e-13)  # fmt: skip
     torch.testing.assert_close(symplectic_gradient(g), g @ J_inv.T, rtol=0, atol=0)
+    hessians = torch.randn(16, 4, 4, dtype=F64, generator=torch.Generator().manual_seed(8))
+    torch.testing.assert_close(symplectic_gradient(hessians, dim=-2), J_inv @ hessians,
+                               rtol=0, atol=0)  # fmt: skip
     assert is_dissipative_model(model) and not is_dissipative_model(HNN(2))
 
 
