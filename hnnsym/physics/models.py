@@ -461,13 +461,13 @@ class MLPLinearization:
         self, nu: Tensor | None, z_dot: Tensor | None = None
     ) -> tuple[list[Tensor], list[Tensor | None]]:
         """(ż_i, ȧ_{i−1}) for i = 1..L, and ȧ_L, of tangents ν (M, n); ``z_dot``: ż_1 = W_1 ν
-        itself, given in place of ν (then ȧ_0 is None): (M, width), or one row (width,) that
-        every state shares."""
+        itself, given in place of ν (then ȧ_0 is None, and so is ȧ_L, which only the parameter
+        gradient of a ν uses): (M, width), or one row (width,) that every state shares."""
         z_dots, a_dots, a_dot = [], [], nu
-        for weight, s in zip(self.weights, self.slopes):
+        for i, (weight, s) in enumerate(zip(self.weights, self.slopes)):
             a_dots.append(a_dot)
             z_dots.append(z_dot if z_dot is not None and not z_dots else F.linear(a_dot, weight))
-            a_dot = s * z_dots[-1]
+            a_dot = s * z_dots[-1] if z_dot is None or i + 1 < len(self.weights) else None
         a_dots.append(a_dot)
         return z_dots, a_dots
 
