@@ -72,12 +72,16 @@ def test_default_and_ignored_signals_are_left_as_they_are():
 
 
 def test_ctrl_c_is_deferred_too_and_raises_keyboard_interrupt_at_the_safe_point():
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    with deferred_signals() as safe_point:
-        signal.raise_signal(signal.SIGINT)
-        with pytest.raises(KeyboardInterrupt):
-            safe_point()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own Ctrl-C handler, also where the suite was started with SIGINT ignored
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with deferred_signals() as safe_point:
+            signal.raise_signal(signal.SIGINT)
+            with pytest.raises(KeyboardInterrupt):
+                safe_point()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def squared_output(model, windows, stats=None):
