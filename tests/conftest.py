@@ -100,6 +100,12 @@ def make_model(cls, d: int, seed: int, gain: float) -> torch.nn.Module:
         return cls(d, hidden=(16, 16), output_gain=gain).to(torch.float64)
 
 
+def squared_output(model, windows, stats=None):
+    """The stand-in loss of ``tiny_trainer``'s tests: the mean square of H at the windows' first
+    states."""
+    return (model(windows[0]) ** 2).mean()
+
+
 def tiny_trainer(cfg, loss, run_dir: Path):
     """A Trainer of a fresh float64 HNN(1) on 16 random trajectories of 8 states (seeded), its
     validation windows the first 4 of them, optimizer and schedule built from ``cfg.train`` as the

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 import torch
-from conftest import tiny_trainer
+from conftest import squared_output, tiny_trainer
 
 from hnnsym.signals import deferred_signals
 
@@ -82,10 +82,6 @@ def test_ctrl_c_is_deferred_too_and_raises_keyboard_interrupt_at_the_safe_point(
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-def squared_output(model, windows, stats=None):
-    return (model(windows[0]) ** 2).mean()
 
 
 def test_the_trainer_handles_a_signal_after_the_batch_it_came_in(

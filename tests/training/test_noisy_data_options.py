@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_trainer
+from conftest import squared_output, tiny_trainer
 from scipy.optimize import least_squares
 from torch import nn
 
@@ -21,10 +21,6 @@ from hnnsym.physics.systems import double_well
 from hnnsym.training.losses import LearnedStarts, WindowLoss
 from hnnsym.training.stage import build_trainer, train
 from hnnsym.training.trainer import TrainData, Trainer, TrainOptions, WeightAverage
-
-
-def squared_output(model, windows):
-    return (model(windows[0]) ** 2).mean()
 
 
 # ---- weight averaging ------------------------------------------------------------------------

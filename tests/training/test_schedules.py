@@ -7,16 +7,12 @@ import math
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny_trainer
+from conftest import squared_output, tiny_trainer
 
 from hnnsym.errors import UserError
 from hnnsym.evaluation.stage import evaluate
 from hnnsym.training.stage import train
 from hnnsym.training.trainer import few_steps_advice, steps_per_epoch
-
-
-def squared_output(model, windows, stats=None):
-    return (model(windows[0]) ** 2).mean()
 
 
 def fitted(compose_config, tmp_path, *overrides: str) -> pd.DataFrame:
