@@ -14,7 +14,7 @@ AOT autograd derives; only an H without a closed-form ∇H takes it by ``torch.f
 mode. Either equals the eager field to rounding. A model with a field of its own (``OWN_FIELD``)
 is traced as it is.
 
-On CUDA, a program that runs outside grad mode replays as CUDA graphs (``uses_cuda_graphs``).
+On CUDA, a program replays as CUDA graphs (``uses_cuda_graphs``), in grad mode too.
 
 Each compiled function belongs to one structure of H (``_structure``: its modules' types and
 plain-data attributes, its tensors' names and shapes), tableau, h and grad mode, and dynamo checks
@@ -188,7 +188,7 @@ def _steps(integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: float, n_q: i
 ACTIVATION_MEMORY_BUDGET = 0.3
 
 
-def _compile(fn: Callable, device_type: str) -> Callable:
+def _compile(fn: Callable, device_type: str, graphs: bool | None = None) -> Callable:
     """``torch.compile`` with static shapes and one graph (what the fallback test replaces),
     guarding tensors only (dtype, device, shape, strides, requires_grad): ``_program`` keys each
     function by everything else it depends on, and dynamo's checks of the module's and the
@@ -198,12 +198,12 @@ def _compile(fn: Callable, device_type: str) -> Callable:
     iteration on one CPU core, and no slower to compile). Not on CUDA: there torch 2.11's C++
     wrapper fails on the backward graph, which AOT autograd compiles lazily, outside the
     options' scope ("CudaKernelParamCache not populated").
-    On CUDA outside grad mode, inductor's CUDA graphs (``uses_cuda_graphs``; such programs are
-    not kept on disk whole)."""
+    On CUDA, inductor's CUDA graphs (``uses_cuda_graphs``, unless ``graphs`` is False; such
+    programs are not kept on disk whole)."""
     options: dict[str, Any] = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
     if device_type == "cpu":
         options["cpp_wrapper"] = True
-    graphs = uses_cuda_graphs(device_type)
+    graphs = uses_cuda_graphs(device_type) if graphs is None else graphs
     if graphs:
         options["triton.cudagraphs"] = True
     compiled = torch.compile(fn, dynamic=False, fullgraph=True, options=options)
@@ -214,15 +214,18 @@ def _compile(fn: Callable, device_type: str) -> Callable:
 
 
 def uses_cuda_graphs(device_type: str) -> bool:
-    """Whether a program compiled now for a device of this type replays its kernels as CUDA
-    graphs: on CUDA, outside grad mode (the symplectic adjoint's forward solve and its chunks, the
-    checkpointing methods' forward, evaluation's rollouts). A replay launches a program's kernels
-    at once, where the host launching them one by one otherwise sets the pace. Its outputs live in
-    the graphs' memory pool, which the next replay overwrites, so ``_Program`` copies them out.
-    Not in grad mode: AOT autograd's saved tensors live in that pool too, and the backward pass
-    that checks a new program (``_check_backward``), run in the middle of a solve, tells the
-    graph trees that no forward awaits its backward, so the next call reuses their memory."""
-    return device_type == "cuda" and not torch.is_grad_enabled()
+    """Whether a program compiled for a device of this type replays its kernels as CUDA graphs
+    (inductor's CUDA graph trees): on CUDA. A replay launches a program's kernels at once, where
+    the host launching them one by one otherwise sets the pace. Its outputs live in the graphs'
+    memory pool, which the next replay overwrites, so ``_Program`` copies them out.
+    In grad mode AOT autograd's saved tensors and the backward's outputs live in that pool too.
+    The trees keep the saved tensors of every forward until a backward runs, so a solve's
+    programs keep theirs until the loss's backward. The gradients it leaves in ``.grad`` are
+    overwritten by the next forward's replays: read them before it (the trainer sets them to
+    None before each batch). A new program's backward is checked on a twin compiled without CUDA
+    graphs (``_Program.checked``): a backward on the program itself, in the middle of a solve,
+    would end the forwards that await theirs, and the next replay would reuse their memory."""
+    return device_type == "cuda"
 
 
 @functools.lru_cache(maxsize=1)
@@ -244,7 +247,8 @@ def _program(H, key: tuple, run: Callable, name: str, device: torch.device) -> C
     key = (*key, torch.is_grad_enabled(), getattr(H, "training", None), device.type)
     programs = _programs_of(H)
     if key not in programs:
-        programs[key] = _Program(_compile(_fresh(run, name), device.type), run, name, key)
+        compiled = _compile(_fresh(run, name), device.type)
+        programs[key] = _Program(compiled, run, name, key, device.type)
     return programs[key]
 
 
@@ -257,9 +261,12 @@ class _Program:
     10.2 s for a Table 1 run's programs). Otherwise, and where compiling ahead or saving fails,
     ``compiled`` traces it at its first call, as ``torch.compile`` does."""
 
-    def __init__(self, compiled: Callable, run: Callable, name: str, key: tuple) -> None:
-        self.compiled, self.name, self.key = compiled, name, key
+    def __init__(self, compiled: Callable, run: Callable, name: str, key: tuple,
+                 device_type: str = "cpu") -> None:  # fmt: skip
+        self.compiled, self.run, self.name, self.key = compiled, run, name, key
+        self.device_type = device_type
         self.graphs = getattr(compiled, "cuda_graphs", False)
+        self.twin: _Program | None = None
         # what the traced code reads from its closure (the integrator, h, ...): given to a loaded
         # program as it is now, never saved with it
         self.closure = {f"closure_{i}": cell.cell_contents
@@ -280,6 +287,16 @@ class _Program:
                 self.by_signature[signature] = program
                 return self._outputs(program(H, *inputs))
         return self._outputs(program(H, *inputs))
+
+    def checked(self) -> _Program:
+        """What ``_check_backward`` runs: this program, or where it replays CUDA graphs its twin
+        compiled without them, the same graph (``uses_cuda_graphs``)."""
+        if not self.graphs:
+            return self
+        if self.twin is None:
+            twin = _compile(_fresh(self.run, self.name), self.device_type, graphs=False)
+            self.twin = _Program(twin, self.run, self.name, self.key, self.device_type)
+        return self.twin
 
     def _outputs(self, value: Any) -> Any:
         """A CUDA graph's outputs copied out of its pool (``uses_cuda_graphs``), the same
@@ -496,7 +513,7 @@ def _call(fn: Callable, integrator, H, y: Tensor, guess: tuple[Tensor, ...], h: 
         inputs = _unaliased(y, *guess)
         if torch.is_grad_enabled() and not getattr(program, "backward_checked", False):
             with _compiling():
-                _check_backward(program, H, inputs)
+                _check_backward(program.checked(), H, inputs)
             program.backward_checked = True
         return program(H, *inputs)
     except Exception as err:  # noqa: BLE001  (any compiler failure: run eagerly)

@@ -261,6 +261,8 @@ class Trainer:
             self._safe_point()
             times = window_times(self.train, t.window, idx, self.generator)
             windows = take_windows(self.train, idx, times)
+            # None, not zeros: on CUDA a compiled backward's gradients live in the CUDA graphs'
+            # pool, which this batch's forward reuses (``compiled.uses_cuda_graphs``)
             self.optimizer.zero_grad(set_to_none=True)
             if self.starts is not None:
                 z = self.starts.select(idx, times)

@@ -612,13 +612,13 @@ def test_a_program_on_disk_belongs_to_the_cpu_it_was_compiled_for(monkeypatch):
     assert compiled._disk_key(model, ("_steps",), signature) != name
 
 
-def test_cuda_graphs_only_outside_grad_mode_and_their_outputs_are_copied_out():
-    """``uses_cuda_graphs``: on CUDA outside grad mode only. A program that replays CUDA graphs
+def test_cuda_graphs_on_cuda_only_and_their_outputs_are_copied_out():
+    """``uses_cuda_graphs``: on CUDA, in grad mode or not. A program that replays CUDA graphs
     returns copies of its outputs (the next replay overwrites the pool they live in), the same
     nesting; any other program returns its outputs as they are."""
-    with torch.no_grad():
-        assert compiled.uses_cuda_graphs("cuda") and not compiled.uses_cuda_graphs("cpu")
-    assert not compiled.uses_cuda_graphs("cuda")
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            assert compiled.uses_cuda_graphs("cuda") and not compiled.uses_cuda_graphs("cpu")
     pool = torch.arange(3.0)
 
     def replay(H, y):
@@ -630,6 +630,70 @@ def test_cuda_graphs_only_outside_grad_mode_and_their_outputs_are_copied_out():
         (first, none), (y,) = program(None, torch.ones(2))
         assert none is None and torch.equal(first, pool) and torch.equal(y, torch.ones(2))
         assert (first.data_ptr() != pool.data_ptr()) == graphs
+
+
+def test_a_program_with_cuda_graphs_checks_its_backward_on_a_twin_without_them(monkeypatch):
+    """In grad mode a new program's backward is checked on a twin compiled without CUDA graphs
+    (``_Program.checked``): on the program itself the check's backward would end the graph
+    trees' pending forwards in the middle of a solve. The solve's own calls go to the program,
+    and the gradients are the eager ones. Programs here run eagerly, flagged as CUDA graphs."""
+    made, calls = [], []
+
+    def flagged(fn, device_type, graphs=None):
+        graphs = True if graphs is None else graphs
+        made.append(graphs)
+
+        def program(H, *inputs):
+            calls.append(graphs)
+            return fn(H, *inputs)
+
+        program.cuda_graphs = graphs
+        return program
+
+    _compile_with(monkeypatch, flagged)
+    ys_c, g_c, _ = _run(torch.float64, "backprop", True)
+    ys_e, g_e, _ = _run(torch.float64, "backprop", False)
+    programs = len(compiled._programs_of(_problem(torch.float64)[0]))
+    assert programs and made == [True, False] * programs  # a program, then its twin
+    assert calls.count(False) == programs  # each twin ran its check once, and nothing else
+    assert calls.count(True) >= programs
+    assert (ys_c - ys_e).abs().max() <= 1e-13
+    assert (g_c - g_e).abs().max() <= 1e-10 * g_e.abs().max()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_training_steps_with_cuda_graphs_in_grad_mode_equal_eager_ones():
+    """Backprop's compiled programs replay CUDA graphs in grad mode (none skipped) through the
+    optimizer steps of a training loop as the trainer takes them: ``.grad`` set to None before
+    each batch and read by the optimizer before the next forward. Batch after batch the
+    parameters equal those of eager training to 1e-10 (float64), through the graphs' warm-up,
+    recording and replays and a smaller last batch (another program)."""
+    from torch._dynamo.utils import counters
+
+    skipped = counters["inductor"]["cudagraph_skips"]
+    gen = torch.Generator().manual_seed(2)
+    batches = [
+        torch.randn(n, 2, dtype=torch.float64, generator=gen).cuda() for n in (4,) * 5 + (3,)
+    ]
+    trained = {}
+    for compile_ in (True, False):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = HNN(1).to(dtype=torch.float64, device="cuda")
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        integ = get_integrator("implicit_midpoint", compile=compile_, compile_steps=3)
+        trained[compile_] = []
+        for y0 in batches:
+            optimizer.zero_grad(set_to_none=True)
+            sol = solve(model, y0, H_STEP, STEPS, integ, "backprop")
+            ((sol.ys - y0) ** 2).mean().backward()
+            optimizer.step()
+            trained[compile_].append(torch.cat([p.detach().ravel() for p in model.parameters()]))
+    assert counters["inductor"]["cudagraph_skips"] == skipped
+    assert any(key[-3] for key in compiled._programs_of(model))  # grad mode's programs ran
+    for graphs, eager in zip(trained[True], trained[False], strict=True):
+        assert (graphs - eager).abs().max() <= 1e-10 * eager.abs().max()
+    assert not torch.equal(trained[False][0], trained[False][-1])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
