@@ -28,7 +28,8 @@ Memory is measured three ways, each defined so that it can be checked:
   allows, else ``ru_maxrss`` growth). It includes what the saved bytes do not: temporaries,
   allocator slack, recomputed graphs.
 - ``cuda_mb`` (CUDA): ``torch.cuda.max_memory_allocated`` after a reset, minus the allocation before
-  the iteration.
+  the iteration. A compiled program's CUDA graphs keep their memory in a pool set aside when they
+  were recorded, before the reset: not counted here (``saved_mb_*`` count their saved tensors).
 
 Gradient errors are relative L2 distances over all parameter gradients, in float64 on the timed
 run's inputs: ``grad_err_exact`` against the exact gradient of the method's own discretization
