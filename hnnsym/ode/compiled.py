@@ -266,7 +266,6 @@ class _Program:
         self.compiled, self.run, self.name, self.key = compiled, run, name, key
         self.device_type = device_type
         self.graphs = getattr(compiled, "cuda_graphs", False)
-        self.twin: _Program | None = None
         # what the traced code reads from its closure (the integrator, h, ...): given to a loaded
         # program as it is now, never saved with it
         self.closure = {f"closure_{i}": cell.cell_contents
@@ -289,14 +288,12 @@ class _Program:
         return self._outputs(program(H, *inputs))
 
     def checked(self) -> _Program:
-        """What ``_check_backward`` runs: this program, or where it replays CUDA graphs its twin
-        compiled without them, the same graph (``uses_cuda_graphs``)."""
+        """What ``_check_backward`` runs, once: this program, or where it replays CUDA graphs a
+        twin compiled without them, the same graph (``uses_cuda_graphs``), not kept after."""
         if not self.graphs:
             return self
-        if self.twin is None:
-            twin = _compile(_fresh(self.run, self.name), self.device_type, graphs=False)
-            self.twin = _Program(twin, self.run, self.name, self.key, self.device_type)
-        return self.twin
+        twin = _compile(_fresh(self.run, self.name), self.device_type, graphs=False)
+        return _Program(twin, self.run, self.name, self.key, self.device_type)
 
     def _outputs(self, value: Any) -> Any:
         """A CUDA graph's outputs copied out of its pool (``uses_cuda_graphs``), the same
