@@ -22,7 +22,6 @@ import argparse
 import statistics
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -44,15 +43,6 @@ def _module_at(commit: str) -> types.ModuleType:
     return module
 
 
-def _median_cpu_s(run, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.process_time()
-        run()
-        times.append(time.process_time() - start)
-    return statistics.median(times)
-
-
 def _summary(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} [{min(values):.3f}–{max(values):.3f}]"
 
@@ -67,7 +57,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from peer_jax import _hnnsym_iteration
+    from peer_jax import _hnnsym_iteration, median_cpu_s
 
     import hnnsym.ode.gradients.symplectic_adjoint as current
     from hnnsym.config.runtime import keep_freed_memory
@@ -90,10 +80,10 @@ def main() -> None:
             adjoint()
         for r in range(args.rounds):
             row = {"steps": steps, "round": r, "gradient_max_difference": difference,
-                   "backprop_s": _median_cpu_s(backprop, args.repeats)}  # fmt: skip
+                   "backprop_s": median_cpu_s(backprop, args.repeats)}  # fmt: skip
             for name in list(chunks)[:: 1 if r % 2 else -1]:
                 current.chunk_adjoint = chunks[name]
-                row[f"adjoint_s, {name}"] = _median_cpu_s(adjoint, args.repeats)
+                row[f"adjoint_s, {name}"] = median_cpu_s(adjoint, args.repeats)
             rows.append(row)
         current.chunk_adjoint = chunks["this tree"]
     df = pd.DataFrame(rows)

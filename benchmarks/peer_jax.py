@@ -37,6 +37,7 @@ import contextlib
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -122,12 +123,18 @@ def worker() -> None:
             runs[key]()
             runs[key]()
             first = time.perf_counter() - t
-        times = []
-        for _ in range(req["repeats"]):
-            t = time.process_time()
-            runs[key]()
-            times.append(time.process_time() - t)
-        print(json.dumps({"median": sorted(times)[len(times) // 2], "first": first}), flush=True)
+        median = median_cpu_s(runs[key], req["repeats"])
+        print(json.dumps({"median": median, "first": first}), flush=True)
+
+
+def median_cpu_s(run, repeats: int) -> float:
+    """The median CPU time (``time.process_time``) of ``repeats`` calls of ``run``, seconds."""
+    times = []
+    for _ in range(repeats):
+        t = time.process_time()
+        run()
+        times.append(time.process_time() - t)
+    return statistics.median(times)
 
 
 def jax_iteration(steps: int, weights: list):
@@ -251,12 +258,7 @@ def matmul_peak(n: int = 512, repeats: int = 20) -> float:
 def time_jax(fn, args, repeats: int) -> float:
     import jax
 
-    times = []
-    for _ in range(repeats):
-        t = time.process_time()
-        jax.block_until_ready(fn(*args))
-        times.append(time.process_time() - t)
-    return sorted(times)[len(times) // 2]
+    return median_cpu_s(lambda: jax.block_until_ready(fn(*args)), repeats)
 
 
 def main() -> None:
