@@ -261,8 +261,9 @@ class _Program:
     10.2 s for a Table 1 run's programs). Otherwise, and where compiling ahead or saving fails,
     ``compiled`` traces it at its first call, as ``torch.compile`` does."""
 
-    def __init__(self, compiled: Callable, run: Callable, name: str, key: tuple,
-                 device_type: str = "cpu") -> None:  # fmt: skip
+    def __init__(
+        self, compiled: Callable, run: Callable, name: str, key: tuple, device_type: str
+    ) -> None:
         self.compiled, self.run, self.name, self.key = compiled, run, name, key
         self.device_type = device_type
         self.graphs = getattr(compiled, "cuda_graphs", False)

@@ -626,7 +626,7 @@ def test_cuda_graphs_on_cuda_only_and_their_outputs_are_copied_out():
 
     for graphs in (True, False):
         replay.cuda_graphs = graphs
-        program = compiled._Program(replay, replay, "replay", ())
+        program = compiled._Program(replay, replay, "replay", (), "cpu")
         (first, none), (y,) = program(None, torch.ones(2))
         assert none is None and torch.equal(first, pool) and torch.equal(y, torch.ones(2))
         assert (first.data_ptr() != pool.data_ptr()) == graphs
