@@ -56,7 +56,7 @@ class SymplecticAdjoint(StepwiseAdjoint):
         adjoint_solver: FixedPoint | None = None,
         keep_every: int | str = 1,
         adjoint_solve: str = "auto",
-        chunk: int = 8,
+        chunk: int = 16,
     ):
         super().__init__(keep_every)
         if adjoint_solve not in ADJOINT_SOLVES:
