@@ -188,8 +188,12 @@ def build_model(model_cfg: Mapping[str, Any] | DictConfig, dim: int) -> nn.Modul
 
 def model_from_checkpoint(payload: dict) -> nn.Module:
     """The trained model of a checkpoint written by ``hnnsym.train`` (keys model_config, dim,
-    model)."""
+    model), in the dtype its state was saved in (a refit model's is float64:
+    ``hnnsym.training.refit``)."""
     model = build_model(payload["model_config"], payload["dim"])
+    saved = {t.dtype for t in payload["model"].values() if t.is_floating_point()}
+    if len(saved) == 1:
+        model.to(saved.pop())
     model.load_state_dict(payload["model"])
     return model
 

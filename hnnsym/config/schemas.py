@@ -65,7 +65,10 @@ def finite_gt(low: float) -> Rule:
 
 def one_of(*choices: Any) -> Rule:
     names = [str(c) for c in choices]
-    text = " or ".join(names) if len(names) == 2 else ", ".join(names[:-1]) + " or " + names[-1]
+    if len(names) <= 2:
+        text = " or ".join(names)
+    else:
+        text = ", ".join(names[:-1]) + " or " + names[-1]
     return Rule(text, lambda v: v in choices)
 
 
@@ -216,6 +219,9 @@ class TrainOptions:
         Rule("in (0, 1]", lambda v: 0 < v <= 1), nullable=True, default=0.99
     )
     ema_start: int = checked(ge(1), default=1)  # the first epoch whose steps are averaged
+    # after training, refit H's last layer by least squares to the training trajectories'
+    # implicit-midpoint steps (hnnsym.training.refit; both checkpoints); null: off
+    refit: str | None = checked(one_of("last_layer"), nullable=True, default=None)
     resume: Any = False  # true | false | auto: continue from checkpoints/last.pt
     overwrite: bool = False  # allow replacing a finished run in run_dir
     progress: bool = True

@@ -233,6 +233,7 @@ def evaluate(cfg: DictConfig) -> dict:
                 "path": str(ckpt_path),
                 "which": e.checkpoint,
                 "epoch": payload.get("epoch"),
+                **({"refit": payload["refit"]} if "refit" in payload else {}),  # train.refit
             },
             "data": {
                 "file": str(data_file),

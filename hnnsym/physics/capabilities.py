@@ -16,6 +16,9 @@ class ModelCapability(StrEnum):
     # momenta of its own (p = M_θ(q) q̇): observes (q, q̇), mapped by to_state(q, q̇) -> y and
     # to_observation(y) -> (q, q̇) (hnnsym.data.velocities gives a data file's q̇)
     OWN_MOMENTA = "own_momenta"
+    # H(y) = c·ψ(y) + b with c its last layer: head_features(y) -> ψ (..., K),
+    # head_coefficients() -> c (K,), set_head_coefficients(c) (hnnsym.training.refit)
+    LINEAR_HEAD = "linear_head"
 
 
 MODEL_REQUIRES: dict[str, tuple[str, ...]] = {
@@ -23,6 +26,7 @@ MODEL_REQUIRES: dict[str, tuple[str, ...]] = {
     ModelCapability.POSITION_ONLY: (),
     ModelCapability.MASSES: ("masses",),
     ModelCapability.OWN_MOMENTA: ("to_state", "to_observation"),
+    ModelCapability.LINEAR_HEAD: ("head_features", "head_coefficients", "set_head_coefficients"),
 }
 
 

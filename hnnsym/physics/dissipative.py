@@ -41,7 +41,9 @@ DAMPING_ON = ("p", "all")
 class DissipativeHNN(HNN):
     """H_θ (an ``HNN``) and a positive semi-definite damping R_θ: f = (J⁻¹ − R_θ)∇H_θ."""
 
-    capabilities = HNN.capabilities | {Capability.OWN_FIELD, ModelCapability.DAMPING}
+    capabilities = (HNN.capabilities - {ModelCapability.LINEAR_HEAD}) | {
+        Capability.OWN_FIELD, ModelCapability.DAMPING,
+    }  # fmt: skip
 
     def __init__(
         self,

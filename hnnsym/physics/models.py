@@ -623,9 +623,10 @@ class HNN(nn.Module):
     initial weights times it (``mlp``). ``energy_gradient`` and ``energy_linearization`` may
     answer None (an activation without a closed form): autograd then."""
 
-    capabilities = frozenset(
-        {Capability.HAMILTONIAN, Capability.ENERGY_GRADIENT, Capability.ENERGY_LINEARIZATION}
-    )
+    capabilities = frozenset({
+        Capability.HAMILTONIAN, Capability.ENERGY_GRADIENT, Capability.ENERGY_LINEARIZATION,
+        ModelCapability.LINEAR_HEAD,
+    })  # fmt: skip
 
     def __init__(
         self,
@@ -643,6 +644,17 @@ class HNN(nn.Module):
 
     def forward(self, y: Tensor) -> Tensor:
         return self.net(self.inputs(y)).squeeze(-1)
+
+    def head_features(self, y: Tensor) -> Tensor:
+        """ψ(y) (..., K): the last hidden layer's outputs, H = c·ψ + b with c the last layer."""
+        return self.net[:-1](self.inputs(y))
+
+    def head_coefficients(self) -> Tensor:
+        return self.net[-1].weight[0]
+
+    def set_head_coefficients(self, c: Tensor) -> None:
+        with torch.no_grad():
+            self.net[-1].weight[0].copy_(c)
 
     def energy_gradient(self, y: Tensor) -> Tensor | None:
         """∇H(y) (..., 2d) in closed form, or None for an activation without one."""
@@ -681,7 +693,7 @@ class SeparableHNN(nn.Module):
 
     capabilities = frozenset({
         Capability.HAMILTONIAN, Capability.ENERGY_GRADIENT, Capability.SEPARABLE,
-        Capability.KINETIC_GRADIENT, Capability.POTENTIAL_GRADIENT,
+        Capability.KINETIC_GRADIENT, Capability.POTENTIAL_GRADIENT, ModelCapability.LINEAR_HEAD,
     })  # fmt: skip
 
     def __init__(
@@ -730,6 +742,36 @@ class SeparableHNN(nn.Module):
         if has_closed_gradient(self.potential_net):
             return self.inputs.pull_back(q, mlp_gradient(self.potential_net, self.inputs(q)))
         return _autograd_gradient(self.potential, q)
+
+    def head_features(self, y: Tensor) -> Tensor:
+        """ψ(y) (..., K) with H = c·ψ + b: the last hidden layers of T's and V's networks
+        (``kinetic="mass"``: |p|²/2 in T's place, with c₀ = 1/m)."""
+        p = y[..., self.dim :]
+        if self.kinetic_kind == "mass":
+            kinetic = 0.5 * (p**2).sum(-1, keepdim=True)
+        else:
+            kinetic = self.kinetic_net[:-1](p)
+        return torch.cat([kinetic, self.potential_net[:-1](self.inputs(y[..., : self.dim]))], -1)
+
+    def head_coefficients(self) -> Tensor:
+        if self.kinetic_kind == "mass":
+            kinetic = torch.exp(-self.log_mass).reshape(1)
+        else:
+            kinetic = self.kinetic_net[-1].weight[0]
+        return torch.cat([kinetic, self.potential_net[-1].weight[0]])
+
+    def set_head_coefficients(self, c: Tensor) -> None:
+        """Raises ValueError for a ``kinetic="mass"`` model whose c₀ = 1/m is not > 0."""
+        with torch.no_grad():
+            if self.kinetic_kind == "mass":
+                if not (math.isfinite(float(c[0])) and float(c[0]) > 0):
+                    raise ValueError(f"the fitted 1/m is {float(c[0]):.3g}, not a positive mass")
+                self.log_mass.copy_(-torch.log(c[0]))
+                kinetic_width = 1
+            else:
+                kinetic_width = self.kinetic_net[-1].weight.shape[1]
+                self.kinetic_net[-1].weight[0].copy_(c[:kinetic_width])
+            self.potential_net[-1].weight[0].copy_(c[kinetic_width:])
 
     def energy_gradient(self, y: Tensor) -> Tensor:
         """∇H(y) = [V'(q), T'(p)]."""

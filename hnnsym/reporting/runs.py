@@ -159,7 +159,8 @@ def load_run(run_dir: Path, eval_dir: str = "eval") -> tuple[dict, dict, dict]:
     integrator (the rollout's) as ``eval.integrator.*`` and the data file's number of training
     trajectories as ``data.n_train``, so that they group too; ``time_to_checkpoint`` is the
     training wall time up to the checkpoint evaluated: ``time_to_best`` for best.pt, ``train_time``
-    for last.pt. ValueError if config.yaml cannot be read."""
+    for last.pt, plus the seconds of its ``train.refit``. ValueError if config.yaml cannot be
+    read."""
     try:
         config = OmegaConf.to_container(OmegaConf.load(run_dir / RUN_CONFIG), resolve=False)
     except Exception as err:  # YAML and OmegaConf raise many kinds
@@ -203,7 +204,9 @@ def load_run(run_dir: Path, eval_dir: str = "eval") -> tuple[dict, dict, dict]:
     checkpoint = metrics.get("checkpoint") or {}
     which = checkpoint.get("which", "best")
     expected = results["best_epoch"] if which == "best" else results["epochs"]
+    refit = checkpoint.get("refit") or {}
     results["time_to_checkpoint"] = results["time_to_best" if which == "best" else "train_time"]
+    results["time_to_checkpoint"] += float(refit.get("seconds", 0.0))
     if checkpoint.get("epoch") is not None and checkpoint["epoch"] != expected:
         return status(
             "stale",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,7 @@ from hnnsym.physics.capabilities import ModelCapability
 from hnnsym.physics.pendulums import CONSTRAINED_SYSTEMS
 from hnnsym.physics.systems import MEASURED, system_from_config
 from hnnsym.training.losses import LearnedStarts, LossContext, build_run_loss
+from hnnsym.training.refit import refit_last_layer, refit_problem
 from hnnsym.training.trainer import (
     TrainData,
     Trainer,
@@ -269,6 +271,11 @@ def build_trainer(
         raise UserError(problem)
     if problem := coordinates_problem(system["name"], model, tracked_points(attrs or {})):
         raise UserError(problem)
+    refit = None
+    if t.refit is not None:
+        if problem := refit_problem(model, integrator, int(t.substeps), width):
+            raise UserError(problem)
+        refit = partial(refit_last_layer, h=obs_dt, weights=weights)
     optimizer = build_optimizer(t, model)
     scheduler = build_scheduler(t, optimizer)
     container = OmegaConf.to_container(cfg, resolve=True)
@@ -282,5 +289,5 @@ def build_trainer(
     return Trainer(
         model, loss, optimizer, scheduler,
         TrainData(trajectories, val_windows, generator), OmegaConf.to_object(t), run_dir,
-        provenance(container, model_cfg, dim, system, data_file), starts,
+        provenance(container, model_cfg, dim, system, data_file), starts, refit,
     )  # fmt: skip

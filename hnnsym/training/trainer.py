@@ -12,7 +12,9 @@ run usually sees data in units its network cannot resolve (a validation loss tha
 
 from __future__ import annotations
 
+import copy
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +28,13 @@ from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
 from hnnsym.artifacts import atomic_path, now_utc
-from hnnsym.checkpoints import best_path, last_path, save_checkpoint, trained_options
+from hnnsym.checkpoints import (
+    best_path,
+    last_path,
+    load_checkpoint,
+    save_checkpoint,
+    trained_options,
+)
 from hnnsym.config.build import same_model
 from hnnsym.config.schemas import TrainOptions
 from hnnsym.data.windows import take_windows, window_times
@@ -35,6 +43,7 @@ from hnnsym.ode.problem import SolverStats
 from hnnsym.progress import progress
 from hnnsym.signals import deferred_signals
 from hnnsym.training.losses import LearnedStarts, evaluate_loss
+from hnnsym.training.refit import RefitResult
 
 
 @dataclass
@@ -151,11 +160,14 @@ class Trainer:
         run_dir: Path,
         provenance: dict,
         starts: LearnedStarts | None = None,
+        refit: Callable[[nn.Module, Tensor], RefitResult] | None = None,
     ):
         self.model, self.loss, self.optimizer, self.scheduler = model, loss, optimizer, scheduler
         self.train, self.val_windows, self.generator = data.train, data.val_windows, data.generator
         self.options, self.run_dir, self.provenance = options, Path(run_dir), provenance
         self.starts = starts
+        # train.refit: (model, training trajectories) -> what it did, the model refit in place
+        self.refit = refit
         self.average = None if options.ema is None else WeightAverage(model, options.ema)
         self.state = TrainState()
         # runs the handlers of the signals deferred since its last call; set by fit
@@ -236,13 +248,16 @@ class Trainer:
             pd.DataFrame(self.state.history).to_csv(tmp, index=False)
 
     # ---- one epoch ---------------------------------------------------------------------------
-    def validate(self) -> float:
+    def validate(self, model: nn.Module | None = None) -> float:
+        """The validation loss of ``model`` (default: the model of record), in its dtype."""
+        model = self.model_of_record if model is None else model
+        dtype = next(model.parameters()).dtype
         total, n = 0.0, self.val_windows.shape[1]
         with torch.no_grad():
             size = self.options.val_batch_size
             for start in range(0, n, size):
-                w = self.val_windows[:, start : start + size]
-                total += float(self.loss(self.model_of_record, w)) * w.shape[1]
+                w = self.val_windows[:, start : start + size].to(dtype)
+                total += float(self.loss(model, w)) * w.shape[1]
         return total / n
 
     def run_epoch(self) -> dict:
@@ -318,6 +333,8 @@ class Trainer:
         with deferred_signals() as self._safe_point:
             try:
                 state = self._fit()
+                if self.refit is not None and state.finished:
+                    self._refit_checkpoints()
                 self._safe_point()  # a signal during the last epoch's writes
                 return state
             except KeyboardInterrupt:
@@ -380,6 +397,48 @@ class Trainer:
                 f"lr {row['lr']:.1e}  {row['epoch_time']:.1f}s" + self._few_steps()
             )
         return s
+
+    def _refit_checkpoints(self) -> None:
+        """``train.refit``: the model of record in best.pt and last.pt refit
+        (``hnnsym.training.refit``) and kept in float64, with what the refit did and the
+        validation loss before and after (both in float64) under the checkpoint's ``refit`` key.
+        Once: a checkpoint that has that key (a finished run run again) stays as it is. A fit
+        that is no model (a mass that is not > 0, a field the stage solver does not converge on)
+        leaves the checkpoint's model as trained, with a note."""
+        done: dict[int, dict] = {}  # epoch -> the refit payload entries (best.pt = last.pt)
+        for path in (self.best_path, self.last_path):
+            payload = load_checkpoint(path)
+            if "refit" in payload:
+                continue
+            epoch = int(payload["epoch"])
+            if epoch not in done:
+                done[epoch] = self._refit_model(payload["model"], path)
+            payload.update(done[epoch])
+            save_checkpoint(path, payload)
+
+    def _refit_model(self, state: dict, path: Path) -> dict:
+        start = time.perf_counter()
+        model = copy.deepcopy(self.model_of_record).to(torch.float64)
+        model.load_state_dict(state)
+        before = self.validate(model)
+        try:
+            result = self.refit(model, self.train.to(torch.float64))
+            after = self.validate(model)
+            if not math.isfinite(after):
+                raise ValueError(f"its validation loss is {after}")
+        except (ValueError, ConvergenceError) as err:
+            print(f"note: train.refit={self.options.refit} left {path.name}'s model as trained: "
+                  f"the refit model failed ({err})", file=sys.stderr)  # fmt: skip
+            return {"refit": {"method": self.options.refit, "skipped": str(err)}}
+        seconds = time.perf_counter() - start
+        tqdm.write(
+            f"refit {path.name}: the last layer by least squares ({result.rank} of "
+            f"{result.coefficients} coefficients resolved, {self.train.shape[0]} trajectories); "
+            f"val {before:.4e} -> {after:.4e}  {seconds:.1f}s"
+        )
+        entry = {**result.as_dict(), "val_loss_before": before, "val_loss_after": after,
+                 "seconds": seconds}  # fmt: skip
+        return {"model": model.state_dict(), "refit": entry}
 
 
 class Interrupted(KeyboardInterrupt):
