@@ -9,8 +9,7 @@ once the states are given. Summed from a trajectory's first state,
 
 with y_0 left free per trajectory: each trajectory's mean over k is taken out of both sides, so
 no observation is taken as exact. With the trained features ψ held fixed, c is the least-squares
-solution over every state of the training trajectories (SVD, the smallest c where features are
-redundant). The observed, noisy states enter ȳ as they are: errors in variables, a bias of order
+solution over every state of the training trajectories. The observed, noisy states enter ȳ as they are: errors in variables, a bias of order
 σ² in c. The same least squares with a Legendre series in place of ψ is
 ``benchmarks/potential_floor.py``.
 
@@ -28,7 +27,6 @@ residual ‖A c − b‖² follows from R alone: ‖R c − z‖² + ρ², with 
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import torch
@@ -38,7 +36,6 @@ from hnnsym.ode.capabilities import has
 from hnnsym.ode.dynamics import hamiltonian_flow
 from hnnsym.physics.capabilities import ModelCapability
 
-REFITS = ("last_layer",)
 ROWS_PER_BLOCK = 1 << 18  # rows of the least-squares system reduced at a time
 RCOND = 1e-6  # directions of R with singular values below this fraction of the largest: as trained
 
@@ -96,17 +93,16 @@ def refit_last_layer(
         raise TypeError("refit_last_layer refits a float64 model (module doc)")
     if not torch.isfinite(trajectories).all():
         raise ValueError("the training trajectories hold values that are not finite")
-    fitted = copy.deepcopy(model)
     n, width = trajectories.shape[0], trajectories.shape[-1]
     scale = torch.ones(width, dtype=torch.float64, device=trajectories.device)
     if weights is not None:
         scale = torch.tensor(weights, dtype=torch.float64, device=trajectories.device).sqrt()
-    old = fitted.head_coefficients().detach()
+    old = model.head_coefficients().detach().clone()
     K = old.shape[0]
     R = torch.zeros(0, K + 1, dtype=torch.float64, device=trajectories.device)
     per_block = max(1, ROWS_PER_BLOCK // (trajectories.shape[1] * width))
     for start in range(0, n, per_block):
-        rows, target = _rows(fitted, trajectories[start : start + per_block], h, scale)
+        rows, target = _rows(model, trajectories[start : start + per_block], h, scale)
         R = torch.linalg.qr(torch.cat([R, torch.cat([rows, target[:, None]], 1)]), mode="r")[1]
         R = R[: K + 1]
     R, z, rho2 = R[:K, :K].cpu(), R[:K, K].cpu(), float(R[K:, K].square().sum())
