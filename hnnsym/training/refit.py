@@ -27,6 +27,7 @@ residual ‖A c − b‖² follows from R alone: ‖R c − z‖² + ρ², with 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +55,21 @@ class RefitResult:
 
     def as_dict(self) -> dict:
         return {"method": "last_layer", **self.__dict__}
+
+
+@dataclass(frozen=True)
+class LastLayerRefit:
+    """``train.refit=last_layer`` as a run sets it up: the observation interval h, the loss's
+    weight per state component (None: 1), and ``loss``, the run's loss with an eager integrator,
+    which validates the float64 refit model (a compiled one would compile float64 programs for
+    it first, minutes with a fresh cache)."""
+
+    h: float
+    weights: tuple[float, ...] | None
+    loss: Callable[[nn.Module, Tensor], Tensor]
+
+    def __call__(self, model: nn.Module, trajectories: Tensor) -> RefitResult:
+        return refit_last_layer(model, trajectories, self.h, self.weights)
 
 
 def refit_problem(model: nn.Module, integrator: object, substeps: int, width: int) -> str | None:

@@ -4,8 +4,7 @@ same overrides, into ``cfg.run_dir`` (checkpoints, metrics.csv, config.yaml)."""
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +52,7 @@ from hnnsym.physics.capabilities import ModelCapability
 from hnnsym.physics.pendulums import CONSTRAINED_SYSTEMS
 from hnnsym.physics.systems import MEASURED, system_from_config
 from hnnsym.training.losses import LearnedStarts, LossContext, build_run_loss
-from hnnsym.training.refit import refit_last_layer, refit_problem
+from hnnsym.training.refit import LastLayerRefit, refit_problem
 from hnnsym.training.trainer import (
     TrainData,
     Trainer,
@@ -275,7 +274,8 @@ def build_trainer(
     if t.refit is not None:
         if problem := refit_problem(model, integrator, int(t.substeps), width):
             raise UserError(problem)
-        refit = partial(refit_last_layer, h=obs_dt, weights=weights)
+        eager = replace(context, integrator=replace(integrator, compile=False))
+        refit = LastLayerRefit(obs_dt, weights, build_run_loss(cfg.method, eager))
     optimizer = build_optimizer(t, model)
     scheduler = build_scheduler(t, optimizer)
     container = OmegaConf.to_container(cfg, resolve=True)

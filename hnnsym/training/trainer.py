@@ -43,7 +43,7 @@ from hnnsym.ode.problem import SolverStats
 from hnnsym.progress import progress
 from hnnsym.signals import deferred_signals
 from hnnsym.training.losses import LearnedStarts, evaluate_loss
-from hnnsym.training.refit import RefitResult
+from hnnsym.training.refit import LastLayerRefit
 
 
 @dataclass
@@ -160,14 +160,13 @@ class Trainer:
         run_dir: Path,
         provenance: dict,
         starts: LearnedStarts | None = None,
-        refit: Callable[[nn.Module, Tensor], RefitResult] | None = None,
+        refit: LastLayerRefit | None = None,
     ):
         self.model, self.loss, self.optimizer, self.scheduler = model, loss, optimizer, scheduler
         self.train, self.val_windows, self.generator = data.train, data.val_windows, data.generator
         self.options, self.run_dir, self.provenance = options, Path(run_dir), provenance
         self.starts = starts
-        # train.refit: (model, training trajectories) -> what it did, the model refit in place
-        self.refit = refit
+        self.refit = refit  # train.refit: refit(model, training trajectories), in place
         self.average = None if options.ema is None else WeightAverage(model, options.ema)
         self.state = TrainState()
         # runs the handlers of the signals deferred since its last call; set by fit
@@ -248,16 +247,18 @@ class Trainer:
             pd.DataFrame(self.state.history).to_csv(tmp, index=False)
 
     # ---- one epoch ---------------------------------------------------------------------------
-    def validate(self, model: nn.Module | None = None) -> float:
-        """The validation loss of ``model`` (default: the model of record), in its dtype."""
+    def validate(self, model: nn.Module | None = None, loss: LossFunction | None = None) -> float:
+        """The validation loss of ``model`` (default: the model of record), in its dtype, by
+        ``loss`` (default: the run's)."""
         model = self.model_of_record if model is None else model
+        loss = self.loss if loss is None else loss
         dtype = next(model.parameters()).dtype
         total, n = 0.0, self.val_windows.shape[1]
         with torch.no_grad():
             size = self.options.val_batch_size
             for start in range(0, n, size):
                 w = self.val_windows[:, start : start + size].to(dtype)
-                total += float(self.loss(model, w)) * w.shape[1]
+                total += float(loss(model, w)) * w.shape[1]
         return total / n
 
     def run_epoch(self) -> dict:
@@ -420,10 +421,10 @@ class Trainer:
         start = time.perf_counter()
         model = copy.deepcopy(self.model_of_record).to(torch.float64)
         model.load_state_dict(state)
-        before = self.validate(model)
+        before = self.validate(model, self.refit.loss)
         try:
             result = self.refit(model, self.train.to(torch.float64))
-            after = self.validate(model)
+            after = self.validate(model, self.refit.loss)
             if not math.isfinite(after):
                 raise ValueError(f"its validation loss is {after}")
         except (ValueError, ConvergenceError) as err:

@@ -12,6 +12,7 @@ from conftest import make_model, tiny_attrs
 
 from hnnsym.checkpoints import load_checkpoint
 from hnnsym.config.build import model_from_checkpoint
+from hnnsym.config.schemas import validated
 from hnnsym.data.hdf5 import Split, write_dataset
 from hnnsym.errors import UserError
 from hnnsym.evaluation.stage import evaluate
@@ -21,7 +22,7 @@ from hnnsym.physics.models import HNN, SeparableHNN
 from hnnsym.physics.systems import get_system
 from hnnsym.training import refit
 from hnnsym.training.refit import refit_last_layer, refit_problem
-from hnnsym.training.stage import train
+from hnnsym.training.stage import build_trainer, train
 
 H = 0.1
 
@@ -196,7 +197,7 @@ def test_a_refit_that_fails_keeps_the_trained_model_with_a_note(
     def no_mass(model, trajectories, h, weights=None):
         raise ValueError("the fitted 1/m is -1, not a positive mass")
 
-    monkeypatch.setattr("hnnsym.training.stage.refit_last_layer", no_mass)
+    monkeypatch.setattr("hnnsym.training.refit.refit_last_layer", no_mass)
     path = double_well_file(tmp_path)
     result = train(compose_config("train", overrides(path, tmp_path / "run")))
     assert "left last.pt's model as trained" in capsys.readouterr().err
@@ -204,6 +205,21 @@ def test_a_refit_that_fails_keeps_the_trained_model_with_a_note(
     assert payload["refit"]["skipped"] == "the fitted 1/m is -1, not a positive mass"
     average = payload["average"]
     assert all(torch.equal(v, average[f"module.{k}"]) for k, v in payload["model"].items())
+
+
+def test_the_refit_validates_eagerly_where_the_run_compiles(compose_config, tmp_path):
+    """A compiled run's refit model (float64) is validated by an eager copy of the run's loss:
+    the compiled one would first compile float64 programs for it."""
+    path = double_well_file(tmp_path)
+    cfg = compose_config("train", overrides(path, tmp_path / "run", "integrator.compile=true"))
+    cfg = validated(cfg, "system", "noise", "train")
+    data = torch.randn(4, 9, 2)
+    trainer = build_trainer(cfg, tmp_path / "run", data, data, H, 1, path,
+                            {"name": "double_well", "params": {}}, {})  # fmt: skip
+    assert trainer.loss.integrator.compile
+    assert not trainer.refit.loss.integrator.compile
+    assert trainer.refit.loss.integrator.tableau == trainer.loss.integrator.tableau
+    assert trainer.refit.h == H
 
 
 @pytest.mark.parametrize(
