@@ -41,12 +41,15 @@ def models():
     return [
         make_model(HNN, 1, 0, 2.0),
         make_model(HNN, 2, 1, 2.0),
+        make_model(lambda d, **kw: HNN(d, periodic=[0], **kw), 1, 6, 2.0),
         make_model(lambda d, **kw: SeparableHNN(d, kinetic="mass", **kw), 1, 2, 2.0),
         make_model(lambda d, **kw: SeparableHNN(d, kinetic="mlp", **kw), 2, 3, 2.0),
     ]
 
 
-@pytest.mark.parametrize("model", models(), ids=["hnn1", "hnn2", "separable_mass", "separable_mlp"])
+@pytest.mark.parametrize(
+    "model", models(), ids=["hnn1", "hnn2", "hnn_angle", "separable_mass", "separable_mlp"]
+)
 def test_refit_recovers_the_head_that_made_the_trajectories(model):
     """Trajectories of the model itself, its head then perturbed: the refit gives back the field
     that made them (the residual of the summed steps drops by 1e-12 or more, and the refit
