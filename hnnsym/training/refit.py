@@ -9,8 +9,8 @@ once the states are given. Summed from a trajectory's first state,
 
 with y_0 left free per trajectory: each trajectory's mean over k is taken out of both sides, so
 no observation is taken as exact. With the trained features ψ held fixed, c is the least-squares
-solution over every state of the training trajectories. The observed, noisy states enter ȳ as they are: errors in variables, a bias of order
-σ² in c. The same least squares with a Legendre series in place of ψ is
+solution over every state of the training trajectories. The observed, noisy states enter ȳ as
+they are: errors in variables, a bias of order σ² in c. The same least squares with a Legendre series in place of ψ is
 ``benchmarks/potential_floor.py``.
 
 The fit is made and kept in float64. Where the features are nearly redundant, the coefficients
@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from hnnsym.ode.capabilities import has
-from hnnsym.ode.dynamics import hamiltonian_flow
+from hnnsym.ode.dynamics import hamiltonian_flow, symplectic_gradient
 from hnnsym.physics.capabilities import ModelCapability
 
 ROWS_PER_BLOCK = 1 << 18  # rows of the least-squares system reduced at a time
@@ -102,7 +102,8 @@ def refit_last_layer(
     model: nn.Module, trajectories: Tensor, h: float, weights: tuple[float, ...] | None = None
 ) -> RefitResult:
     """Set the head c of ``model``, a float64 model, to the least-squares fit (module doc) to
-    ``trajectories`` (N, T+1, 2d) observed every h. ``weights``: per state component, as the
+    ``trajectories`` (N, T+1, 2d, any float dtype: each block is taken to float64 as it is
+    reduced) observed every h. ``weights``: per state component, as the
     loss weighs the squared error (None: 1). Raises ValueError where the data are not finite or
     the fit is not a model (a mass that is not > 0), and then leaves the model as it was."""
     if next(model.parameters()).dtype != torch.float64:
@@ -147,7 +148,7 @@ def _rows(model: nn.Module, trajectories: Tensor, h: float, scale: Tensor) -> tu
             tangent[:, j] = 1
             columns.append(torch.func.jvp(model.head_features, (mid,), (tangent,))[1])
         grad = torch.stack(columns, 1)  # (M, 2d, K): ∇ψ, component by component
-        field = torch.cat([grad[:, d:], -grad[:, :d]], 1)  # J⁻¹∇ψ = [∂ψ/∂p, −∂ψ/∂q]
+        field = symplectic_gradient(grad, dim=1)  # J⁻¹∇ψ = [∂ψ/∂p, −∂ψ/∂q]
         field = field.reshape(y.shape[0], y.shape[1] - 1, 2 * d, -1)
         summed = torch.cat([torch.zeros_like(field[:, :1]), h * field.cumsum(1)], 1)
         summed = (summed - summed.mean(1, keepdim=True)) * scale[:, None]

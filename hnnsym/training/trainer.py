@@ -423,7 +423,7 @@ class Trainer:
         model.load_state_dict(state)
         before = self.validate(model, self.refit.loss)
         try:
-            result = self.refit(model, self.train.to(torch.float64))
+            result = self.refit(model, self.train)
             after = self.validate(model, self.refit.loss)
             if not math.isfinite(after):
                 raise ValueError(f"its validation loss is {after}")
