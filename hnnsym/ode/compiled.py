@@ -96,13 +96,70 @@ def programs_dir() -> Path:
 
 
 def _configure_cache() -> None:
-    """Inductor's FX graph cache and AOT autograd cache on, in ``cache_dir()``."""
+    """Inductor's FX graph cache and AOT autograd cache on, in ``cache_dir()``, and its check of
+    the CPU's vector instructions once per machine (``_check_vector_instructions``)."""
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir())
     inductor_config.fx_graph_cache = True
     functorch_config.enable_autograd_cache = True
+    _check_vector_instructions(cache_dir() / "vector_instructions")
+
+
+def _check_vector_instructions(records: Path) -> None:
+    """Inductor checks each vector instruction set the CPU declares (AVX-512, AVX2, ...) by
+    building a test library and loading it in a child process, once per set in every process
+    that runs a C++ program: about 0.9 s of a Table 1 run's 10 s. Here the check runs once per
+    machine (``_machine_key``: its CPU's flags, the C++ compiler, torch and Python) and its
+    verdict is kept in ``records``. Where every declared set passed, inductor's
+    ``cpp.vec_isa_ok`` is set, which trusts the CPU's flags, in the process that checked as in
+    every later one: the setting is part of inductor's cache keys, so all of them compile and
+    look up the same programs. Where a declared set failed, the setting is left unset and each
+    process checks again. A ``TORCHINDUCTOR_VEC_ISA_OK`` of the user's is left as it is."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor import cpu_vec_isa
+
+    from hnnsym.artifacts import write_text
+    from hnnsym.errors import UserError
+
+    if inductor_config.cpp.vec_isa_ok is not None:
+        return
+    record = records / f"{_machine_key()}.txt"
+    try:
+        verdict = record.read_text().strip()
+    except OSError:
+        checked = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]  # inductor's check
+        with inductor_config.patch({"cpp.vec_isa_ok": True}):
+            declared = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list.__wrapped__()]
+        verdict = "all passed" if checked == declared else "some failed"
+        with contextlib.suppress(UserError):  # a cache that cannot be written: check next time
+            write_text(record, verdict + "\n")
+    if verdict == "all passed":
+        inductor_config.cpp.vec_isa_ok = True
+
+
+def _machine_key() -> str:
+    """What inductor's check of the vector instructions depends on: the CPU's flags, the C++
+    compiler it builds with (its path, size and time), torch's version and the Python that loads
+    the libraries."""
+    import shutil
+    import sys
+
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    flags = platform.processor()
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = next(
+                (line for line in cpuinfo if line.startswith(("flags", "Features"))), flags
+            )
+    compiler = shutil.which(get_cpp_compiler()) or get_cpp_compiler()
+    with contextlib.suppress(OSError):
+        stat = os.stat(compiler)
+        compiler = f"{os.path.realpath(compiler)} {stat.st_size} {stat.st_mtime_ns}"
+    text = repr((flags, compiler, torch.__version__, sys.executable, platform.machine()))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _field(H: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:

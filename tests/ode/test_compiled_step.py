@@ -292,6 +292,75 @@ def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     assert compiled.cache_dir() == tmp_path / "hnnsym" / "inductor"
 
 
+class _VectorSets:
+    """A stand-in for inductor's ``valid_vec_isa_list``: called, the sets that passed its check
+    (counted); ``__wrapped__``, those the CPU's flags declare, unchecked."""
+
+    def __init__(self, passed: list[str], declared: list[str]):
+        self.passed, self.declared, self.checks = passed, declared, 0
+
+    def __call__(self) -> list[str]:
+        self.checks += 1
+        return self.passed
+
+    def __wrapped__(self) -> list[str]:
+        return self.declared
+
+
+@pytest.fixture
+def inductor_config():
+    """Inductor's settings, each test's changes undone (its ``patch``; pytest's monkeypatch does
+    not restore them)."""
+    import torch._inductor.config as config
+
+    with config.patch({"cpp.vec_isa_ok": None}):
+        yield config
+
+
+def test_the_vector_instructions_are_checked_once_per_machine(
+    monkeypatch, tmp_path, inductor_config
+):
+    from torch._inductor import cpu_vec_isa
+
+    sets = _VectorSets(["avx512", "avx2"], ["avx512", "avx2"])
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", sets)
+    compiled._check_vector_instructions(tmp_path)
+    assert sets.checks == 1 and inductor_config.cpp.vec_isa_ok is True
+    (record,) = tmp_path.iterdir()
+    assert record.read_text() == "all passed\n"
+    # a later process: the record, no check, the same setting (part of inductor's cache keys)
+    inductor_config.cpp.vec_isa_ok = None
+    compiled._check_vector_instructions(tmp_path)
+    assert sets.checks == 1 and inductor_config.cpp.vec_isa_ok is True
+
+
+def test_a_machine_where_a_vector_set_failed_keeps_inductors_check(
+    monkeypatch, tmp_path, inductor_config
+):
+    from torch._inductor import cpu_vec_isa
+
+    sets = _VectorSets(["avx2"], ["avx512", "avx2"])  # the compiler cannot build AVX-512 code
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", sets)
+    for _ in range(2):
+        compiled._check_vector_instructions(tmp_path)
+        assert inductor_config.cpp.vec_isa_ok is None  # inductor checks in every process
+    assert [p.read_text() for p in tmp_path.iterdir()] == ["some failed\n"]
+    # the user's own setting is theirs
+    inductor_config.cpp.vec_isa_ok = False
+    compiled._check_vector_instructions(tmp_path / "other")
+    assert inductor_config.cpp.vec_isa_ok is False and not (tmp_path / "other").exists()
+
+
+def test_the_vector_instructions_record_of_this_machine(tmp_path, inductor_config):
+    """Inductor's own check, on this machine: the verdict is consistent with the setting."""
+    compiled._check_vector_instructions(tmp_path)
+    (record,) = tmp_path.iterdir()
+    verdict = record.read_text().strip()
+    assert verdict in ("all passed", "some failed")
+    assert inductor_config.cpp.vec_isa_ok is (True if verdict == "all passed" else None)
+    assert compiled._machine_key() == record.stem
+
+
 def test_bad_options_are_refused():
     with pytest.raises(ValueError, match="compile_sweeps"):
         get_integrator("implicit_midpoint", compile=True, compile_sweeps=0)
