@@ -200,7 +200,14 @@ def model_from_checkpoint(payload: dict) -> nn.Module:
 
 def build_optimizer(train: DictConfig, model: nn.Module) -> torch.optim.Optimizer:
     """``train.optimizer`` (a partial) completed with the model's parameters."""
-    return instantiate(train.optimizer, "train.optimizer")(model.parameters())
+    partial = instantiate(train.optimizer, "train.optimizer")
+    try:
+        return partial(model.parameters())
+    except (TypeError, ValueError, RuntimeError) as err:
+        hint = (
+            " (a class without a fused step: ~train.optimizer.fused)" if "fused" in str(err) else ""
+        )
+        raise UserError(f"train.optimizer: {err}{hint}") from err
 
 
 def build_scheduler(train: DictConfig, optimizer: torch.optim.Optimizer) -> Any:

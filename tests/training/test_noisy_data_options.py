@@ -306,7 +306,7 @@ def test_options_off_train_the_bits_of_plain_adam_on_random_windows(compose_conf
     trainer.fit()
     reference = tiny_trainer(cfg, squared_output, tmp_path / "ref")  # same data, model, generator
     model, data, generator = reference.model, reference.train, reference.generator
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, fused=True)  # the default
     for _ in range(2):
         order = torch.randperm(data.shape[0], generator=generator)
         for i in range(0, data.shape[0], 4):
