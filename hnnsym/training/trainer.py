@@ -295,7 +295,9 @@ class Trainer:
             except RuntimeError as err:  # e.g. a step size beyond the dtype's range
                 raise _Diverged(f"the optimizer step failed at epoch {self.state.epoch + 1}, "
                                 f"batch {k} ({err})") from err  # fmt: skip
-            if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+            # one reduction and one read-back for all of them (the largest |entry|, NaN if any)
+            largest = torch.nn.utils.get_total_norm(self.model.parameters(), math.inf, foreach=True)
+            if not math.isfinite(largest):
                 raise _Diverged(
                     f"non-finite parameters after the step at epoch {self.state.epoch + 1}, batch {k}"
                 )
