@@ -266,17 +266,22 @@ class Trainer:
         stats = SolverStats()
         n = self.train.shape[0]
         order = torch.randperm(n, generator=self.generator)
-        batches = [order[i : i + t.batch_size] for i in range(0, n, t.batch_size)]
         start = time.perf_counter()
+        # the epoch's windows in one gather, the same draws as batch by batch (one start per
+        # trajectory, in batch order): the batches' gathers from data that the solves have pushed
+        # out of the caches took 0.3 ms each at 512 windows on one CPU core, this 0.2 ms a batch
+        epoch_times = window_times(self.train, t.window, order, self.generator)
+        epoch_windows = take_windows(self.train, order, epoch_times)
+        batches = [slice(i, i + t.batch_size) for i in range(0, n, t.batch_size)]
         running, defect = 0.0, None
         bar = progress(
             batches, desc=f"epoch {self.state.epoch + 1}/{t.epochs}", leave=False,
             enabled=t.progress, dynamic_ncols=True,
         )  # fmt: skip
-        for k, idx in enumerate(bar):
+        for k, batch in enumerate(bar):
             self._safe_point()
-            times = window_times(self.train, t.window, idx, self.generator)
-            windows = take_windows(self.train, idx, times)
+            idx, times = order[batch], epoch_times[batch]
+            windows = epoch_windows[:, batch].contiguous()
             # None, not zeros: on CUDA a compiled backward's gradients live in the CUDA graphs'
             # pool, which this batch's forward reuses (``compiled.uses_cuda_graphs``)
             self.optimizer.zero_grad(set_to_none=True)
