@@ -29,9 +29,11 @@ Inductor's FX graph cache and AOT autograd cache live on disk, in ``$HNNSYM_COMP
 when unset, ``$TORCHINDUCTOR_CACHE_DIR`` or ``~/.cache/hnnsym/inductor`` (``$XDG_CACHE_HOME``
 respected), and so do whole programs, Dynamo's trace included (``_Program``, in
 ``programs_dir()``, where torch can save them: ``programs_on_disk``): only a machine's first run
-pays the full compile, and a later process loads a program without tracing it. The cache holds
-code that is loaded and run (inductor's compiled modules, pickled programs): it is this user's
-own, like the source tree, never a file handed in.
+pays the full compile, and a later process loads a program without tracing it. Inductor's check
+of the CPU's vector instructions runs once per machine, not in every process, its verdict kept in
+the same cache (``_check_vector_instructions``). The cache holds code that is loaded and run
+(inductor's compiled modules, pickled programs): it is this user's own, like the source tree,
+never a file handed in.
 Where compilation fails (no C compiler, an unsupported platform, a ``torch._dynamo`` error, or the
 backward graph, which is compiled on its first use and so is checked by one backward pass on a
 program's first call in grad mode) one line is logged, once per process, and this and every later
