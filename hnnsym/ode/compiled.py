@@ -114,30 +114,31 @@ def _check_vector_instructions(records: Path) -> None:
     building a test library and loading it in a child process, once per set in every process
     that runs a C++ program: about 0.9 s of a Table 1 run's 10 s. Here the check runs once per
     machine (``_machine_key``: its CPU's flags, the C++ compiler, torch and Python) and its
-    verdict is kept in ``records``. Where every declared set passed, inductor's
-    ``cpp.vec_isa_ok`` is set, which trusts the CPU's flags, in the process that checked as in
-    every later one: the setting is part of inductor's cache keys, so all of them compile and
-    look up the same programs. Where a declared set failed, the setting is left unset and each
-    process checks again. A ``TORCHINDUCTOR_VEC_ISA_OK`` of the user's is left as it is."""
+    verdict is kept in ``records``, as the name of an empty file (``<key>.all-passed`` or
+    ``<key>.some-failed``: made whole or not at all). Where every declared set passed,
+    inductor's ``cpp.vec_isa_ok`` is set, which trusts the CPU's flags, in the process that
+    checked as in every later one: the setting is part of inductor's cache keys, so all of them
+    compile and look up the same programs. Where a declared set failed, the setting is left
+    unset and each process checks again. A ``TORCHINDUCTOR_VEC_ISA_OK`` of the user's is left
+    as it is."""
     import torch._inductor.config as inductor_config
     from torch._inductor import cpu_vec_isa
 
-    from hnnsym.artifacts import write_text
-    from hnnsym.errors import UserError
-
     if inductor_config.cpp.vec_isa_ok is not None:
         return
-    record = records / f"{_machine_key()}.txt"
-    try:
-        verdict = record.read_text().strip()
-    except OSError:
+    key = _machine_key()
+    passed, failed = records / f"{key}.all-passed", records / f"{key}.some-failed"
+    if passed.exists() or failed.exists():
+        all_passed = passed.exists()
+    else:
         checked = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]  # inductor's check
         with inductor_config.patch({"cpp.vec_isa_ok": True}):
             declared = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list.__wrapped__()]
-        verdict = "all passed" if checked == declared else "some failed"
-        with contextlib.suppress(UserError):  # a cache that cannot be written: check next time
-            write_text(record, verdict + "\n")
-    if verdict == "all passed":
+        all_passed = checked == declared
+        with contextlib.suppress(OSError):  # a cache that cannot be written: check next time
+            records.mkdir(parents=True, exist_ok=True)
+            (passed if all_passed else failed).touch()
+    if all_passed:
         inductor_config.cpp.vec_isa_ok = True
 
 

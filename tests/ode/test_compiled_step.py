@@ -327,11 +327,26 @@ def test_the_vector_instructions_are_checked_once_per_machine(
     compiled._check_vector_instructions(tmp_path)
     assert sets.checks == 1 and inductor_config.cpp.vec_isa_ok is True
     (record,) = tmp_path.iterdir()
-    assert record.read_text() == "all passed\n"
+    assert record.name == f"{compiled._machine_key()}.all-passed"
     # a later process: the record, no check, the same setting (part of inductor's cache keys)
     inductor_config.cpp.vec_isa_ok = None
     compiled._check_vector_instructions(tmp_path)
     assert sets.checks == 1 and inductor_config.cpp.vec_isa_ok is True
+
+
+def test_a_vector_record_that_cannot_be_written_checks_again_with_the_same_setting(
+    monkeypatch, tmp_path, inductor_config
+):
+    from torch._inductor import cpu_vec_isa
+
+    sets = _VectorSets(["avx2"], ["avx2"])
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", sets)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")  # a file where the records' folder would be
+    for checks in (1, 2):
+        inductor_config.cpp.vec_isa_ok = None
+        compiled._check_vector_instructions(blocker / "records")
+        assert sets.checks == checks and inductor_config.cpp.vec_isa_ok is True
 
 
 def test_a_machine_where_a_vector_set_failed_keeps_inductors_check(
@@ -344,7 +359,7 @@ def test_a_machine_where_a_vector_set_failed_keeps_inductors_check(
     for _ in range(2):
         compiled._check_vector_instructions(tmp_path)
         assert inductor_config.cpp.vec_isa_ok is None  # inductor checks in every process
-    assert [p.read_text() for p in tmp_path.iterdir()] == ["some failed\n"]
+    assert [p.suffix for p in tmp_path.iterdir()] == [".some-failed"]
     # the user's own setting is theirs
     inductor_config.cpp.vec_isa_ok = False
     compiled._check_vector_instructions(tmp_path / "other")
@@ -355,10 +370,9 @@ def test_the_vector_instructions_record_of_this_machine(tmp_path, inductor_confi
     """Inductor's own check, on this machine: the verdict is consistent with the setting."""
     compiled._check_vector_instructions(tmp_path)
     (record,) = tmp_path.iterdir()
-    verdict = record.read_text().strip()
-    assert verdict in ("all passed", "some failed")
-    assert inductor_config.cpp.vec_isa_ok is (True if verdict == "all passed" else None)
-    assert compiled._machine_key() == record.stem
+    assert record.stem == compiled._machine_key()
+    assert record.suffix in (".all-passed", ".some-failed")
+    assert inductor_config.cpp.vec_isa_ok is (True if record.suffix == ".all-passed" else None)
 
 
 def test_bad_options_are_refused():
