@@ -43,8 +43,7 @@ def deferred_signals(
     if threading.current_thread() is not threading.main_thread():
         yield lambda: None
         return
-    handlers = {s: signal.getsignal(s) for s in signums}
-    handlers = {s: h for s, h in handlers.items() if callable(h)}
+    handlers = {s: h for s in signums if callable(h := signal.getsignal(s))}
     pending: list[int] = []
 
     def record(signum: int, frame: object) -> None:

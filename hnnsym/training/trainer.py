@@ -170,7 +170,7 @@ class Trainer:
         self.average = None if options.ema is None else WeightAverage(model, options.ema)
         self.state = TrainState()
         # runs the handlers of the signals deferred since its last call; set by fit
-        self._safe_point: Callable[[], None] = lambda: None
+        self._safe_point: Callable[[], None] = _no_safe_point
 
     @property
     def averaging(self) -> bool:
@@ -352,6 +352,8 @@ class Trainer:
                 else:
                     saved = "no epoch had completed, nothing was saved"
                 raise Interrupted(saved) from None
+            finally:  # epochs run outside ``fit`` (a benchmark's) have no signals deferred
+                self._safe_point = _no_safe_point
 
     def _few_steps(self) -> str:
         """The progress line's warning when an epoch is only a few optimizer steps."""
@@ -451,6 +453,10 @@ class Trainer:
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C during training; the message says what the run dir holds."""
+
+
+def _no_safe_point() -> None:
+    """``Trainer._safe_point`` outside ``fit``: no signals deferred, nothing to run."""
 
 
 class _Diverged(RuntimeError):
