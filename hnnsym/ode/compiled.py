@@ -157,7 +157,11 @@ def _machine_key() -> str:
             flags = next(
                 (line for line in cpuinfo if line.startswith(("flags", "Features"))), flags
             )
-    compiler = shutil.which(get_cpp_compiler()) or get_cpp_compiler()
+    try:
+        compiler = get_cpp_compiler()
+    except Exception:  # noqa: BLE001  (none found: the compile fails there, with its own notice)
+        compiler = ""
+    compiler = shutil.which(compiler) or compiler
     with contextlib.suppress(OSError):
         stat = os.stat(compiler)
         compiler = f"{os.path.realpath(compiler)} {stat.st_size} {stat.st_mtime_ns}"

@@ -349,6 +349,18 @@ def test_a_vector_record_that_cannot_be_written_checks_again_with_the_same_setti
         assert sets.checks == checks and inductor_config.cpp.vec_isa_ok is True
 
 
+def test_the_machine_key_without_a_cpp_compiler(monkeypatch):
+    """No compiler found: the key is still made (the compile fails later, with its notice)."""
+    from torch._inductor import cpp_builder
+
+    def missing() -> str:
+        raise RuntimeError("no C++ compiler")
+
+    key = compiled._machine_key()
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", missing)
+    assert len(compiled._machine_key()) == 32 and compiled._machine_key() != key
+
+
 def test_a_machine_where_a_vector_set_failed_keeps_inductors_check(
     monkeypatch, tmp_path, inductor_config
 ):
