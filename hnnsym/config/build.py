@@ -205,7 +205,7 @@ def build_optimizer(train: DictConfig, model: nn.Module) -> torch.optim.Optimize
         return partial(model.parameters())
     except (TypeError, ValueError, RuntimeError) as err:
         hint = (
-            " (a class without a fused step: ~train.optimizer.fused)" if "fused" in str(err) else ""
+            " (without torch's fused step: ~train.optimizer.fused)" if "fused" in str(err) else ""
         )
         raise UserError(f"train.optimizer: {err}{hint}") from err
 
