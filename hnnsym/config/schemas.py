@@ -142,7 +142,7 @@ class EarlyStopSchema:
 def _optimizer() -> dict[str, Any]:
     """Built with the model's parameters (_partial_); any torch.optim class. ``fused``: torch's
     one-kernel-per-parameter step (Adam, AdamW, SGD, Adagrad), on the CPU too, where the default
-    is a Python loop of ops per parameter: 3x faster there for the default MLP. With a class
+    is a Python loop of ops per parameter: 2.5-3x faster there for the default MLP. With a class
     that has no fused step, drop it: ``~train.optimizer.fused``."""
     return {
         "_target_": "torch.optim.Adam",
