@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from hnnsym.ode.capabilities import has
 from hnnsym.ode.dynamics import hamiltonian_flow, symplectic_gradient
+from hnnsym.ode.integrators.tableaux import IMPLICIT_MIDPOINT, Tableau
 from hnnsym.physics.capabilities import ModelCapability
 
 ROWS_PER_BLOCK = 1 << 18  # rows of the least-squares system reduced at a time
@@ -79,14 +80,11 @@ def refit_problem(model: nn.Module, integrator: object, substeps: int, width: in
         return (f"train.refit=last_layer needs a model H = c·ψ(y) + b with a last layer of its "
                 f"own (model=hnn or separable_hnn), not {type(model).__name__}")  # fmt: skip
     tableau = getattr(integrator, "tableau", None)
-    midpoint = (
+    if not (
         getattr(integrator, "has_stages", False)
         and tableau is not None
-        and [[float(a) for a in row] for row in tableau.a_q] == [[0.5]]
-        and [[float(a) for a in row] for row in tableau.a_p] == [[0.5]]
-        and [float(b) for b in tableau.b_q] == [float(b) for b in tableau.b_p] == [1.0]
-    )
-    if not midpoint:
+        and _coefficients(tableau) == _coefficients(IMPLICIT_MIDPOINT)
+    ):
         name = getattr(tableau, "name", type(integrator).__name__)
         return (f"train.refit=last_layer fits the implicit midpoint step: it needs "
                 f"integrator=implicit_midpoint, not {name}")  # fmt: skip
@@ -96,6 +94,10 @@ def refit_problem(model: nn.Module, integrator: object, substeps: int, width: in
     if width != 2 * model.dim:
         return "train.refit=last_layer needs (q, p) states, not positions alone"
     return None
+
+
+def _coefficients(tableau: Tableau) -> tuple:
+    return tableau.a_q, tableau.b_q, tableau.a_p, tableau.b_p
 
 
 def refit_last_layer(
