@@ -15,8 +15,10 @@ from conftest import random_splits, tiny_attrs
 
 import hnnsym
 from hnnsym.data.hdf5 import (
+    CHUNK_BYTES,
     SCHEMA_VERSION,
     Split,
+    chunk_shape,
     generate_command,
     made_by_generate,
     read_dataset,
@@ -59,7 +61,7 @@ def test_round_trip_keeps_arrays_and_attrs(tmp_path):
     assert datetime.fromisoformat(a["created"]).utcoffset().total_seconds() == 0
 
 
-def test_file_is_plain_hdf5_chunked_per_trajectory_and_compressed(tmp_path):
+def test_file_is_plain_hdf5_chunked_by_whole_trajectories_and_compressed(tmp_path):
     path = tmp_path / "d.h5"
     write_dataset(path, random_splits(dim=1), tiny_attrs())
     with h5py.File(path, "r") as f:
@@ -70,9 +72,33 @@ def test_file_is_plain_hdf5_chunked_per_trajectory_and_compressed(tmp_path):
             for key in ("observed", "clean"):
                 ds = f[name][key]
                 assert ds.shape == (n, steps + 1, 2) and ds.dtype == np.float64
-                assert ds.chunks == (1, steps + 1, 2)
+                assert ds.chunks == (n, steps + 1, 2)  # a few short trajectories: one chunk
                 assert ds.compression == "gzip" and ds.shuffle and ds.fletcher32
             assert f[name]["t"].shape == (steps + 1,)
+
+
+@pytest.mark.parametrize(
+    ("shape", "rows"),
+    [((16384, 33, 2), CHUNK_BYTES // (33 * 2 * 8)), ((3, 100_000, 4), 1), ((5, 3, 2), 5)],
+)
+def test_a_chunk_holds_whole_trajectories_up_to_its_size(shape, rows):
+    chunk = chunk_shape(shape)
+    assert chunk == (rows, *shape[1:])
+    assert rows == 1 or 8 * np.prod(chunk) <= CHUNK_BYTES
+
+
+def test_trajectories_over_several_chunks_and_a_partial_last_one_read_back(tmp_path):
+    per_chunk = CHUNK_BYTES // (6 * 2 * 8)
+    splits = random_splits(dim=1, sizes={"train": (2 * per_chunk + 7, 5), "val": (3, 5)})
+    path = tmp_path / "d.h5"
+    write_dataset(path, splits, tiny_attrs())
+    with h5py.File(path, "r") as f:
+        assert f["train"]["observed"].id.get_num_chunks() == 3
+    data = read_dataset(path, splits=("train", "val"))
+    for key in ("observed", "clean"):
+        np.testing.assert_array_equal(
+            getattr(data.splits["train"], key), getattr(splits["train"], key)
+        )
 
 
 def test_refuses_to_overwrite_unless_asked(tmp_path):
@@ -134,7 +160,7 @@ def test_truncated(tiny_dataset):
 def test_corrupt_chunk_is_caught_by_checksum(tiny_dataset):
     path = tiny_dataset()
     with h5py.File(path, "r") as f:
-        info = f["val"]["clean"].id.get_chunk_info(1)
+        info = f["val"]["clean"].id.get_chunk_info(0)
     with open(path, "r+b") as fh:  # flip one byte inside the compressed chunk
         fh.seek(info.byte_offset + info.size // 2)
         byte = fh.read(1)
