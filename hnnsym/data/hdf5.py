@@ -159,7 +159,7 @@ def _write_h5(path: Path, splits: dict[str, Split], root: dict, overwrite: bool)
     write_bytes(path, buffer.getvalue(), replace=overwrite)
 
 
-CHUNK_BYTES = 1 << 16  # a stored chunk holds whole trajectories, about this many bytes
+CHUNK_BYTES = 1 << 16  # a stored chunk: whole trajectories, at most this many bytes (or one)
 
 
 def chunk_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
