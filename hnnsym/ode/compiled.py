@@ -50,6 +50,8 @@ import logging
 import math
 import os
 import platform
+import shutil
+import sys
 import types
 import warnings
 import weakref
@@ -146,9 +148,6 @@ def _machine_key() -> str:
     """What inductor's check of the vector instructions depends on: the CPU's flags, the C++
     compiler it builds with (its path, size and time), torch's version and the Python that loads
     the libraries."""
-    import shutil
-    import sys
-
     from torch._inductor.cpp_builder import get_cpp_compiler
 
     flags = platform.processor()
