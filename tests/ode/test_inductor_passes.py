@@ -56,13 +56,22 @@ def test_a_bias_with_another_user_stays_in_the_product():
     assert _count(fake.graph, aten.addmm.default) == 1
 
 
+def test_a_half_precision_product_keeps_its_bias():
+    x, w, b = (torch.randn(*s).to(torch.bfloat16) for s in ((8, 4), (4, 4), (4,)))
+    fake, _ = _traced(_layer, x, w, b)
+    BiasIntoPointwise()(fake.graph)
+    assert _count(fake.graph, aten.addmm.default) == 1
+
+
 def test_the_pass_has_a_stable_identity_for_inductors_cache():
     assert BiasIntoPointwise().uuid() == BiasIntoPointwise().uuid()
+    assert len(BiasIntoPointwise().uuid()) == 32
 
 
 def test_programs_for_the_cpu_are_compiled_with_the_pass(monkeypatch):
     from hnnsym.ode import compiled
 
+    compiled.programs_on_disk()  # cached before torch.compile is replaced
     seen: dict = {}
     monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: seen.update(kwargs) or fn)
     compiled._compile(lambda x: x, "cpu")
