@@ -39,7 +39,8 @@ class BiasIntoPointwise(CustomGraphPass):
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         for node in list(graph.find_nodes(op="call_function", target=aten.addmm.default)):
-            if node.meta["val"].dtype not in (torch.float32, torch.float64):
+            value = node.meta.get("val")
+            if value is None or value.dtype not in (torch.float32, torch.float64):
                 continue  # a half-precision sum would round the product before the bias
             if not node.users or not all(_elementwise(user) for user in node.users):
                 continue

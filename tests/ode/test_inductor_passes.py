@@ -63,6 +63,15 @@ def test_a_half_precision_product_keeps_its_bias():
     assert _count(fake.graph, aten.addmm.default) == 1
 
 
+def test_a_product_without_a_fake_value_is_left_as_it_is():
+    x, w, b = torch.randn(8, 4), torch.randn(4, 4), torch.randn(4)
+    fake, _ = _traced(_layer, x, w, b)
+    for node in fake.graph.find_nodes(op="call_function", target=aten.addmm.default):
+        del node.meta["val"]
+    BiasIntoPointwise()(fake.graph)
+    assert _count(fake.graph, aten.addmm.default) == 1
+
+
 def test_the_pass_has_a_stable_identity_for_inductors_cache():
     assert BiasIntoPointwise().uuid() == BiasIntoPointwise().uuid()
     assert len(BiasIntoPointwise().uuid()) == 32
