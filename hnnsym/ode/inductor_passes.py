@@ -18,18 +18,9 @@ from pathlib import Path
 
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
+from torch._inductor.utils import is_pointwise_use
 
 aten = torch.ops.aten
-
-
-def _elementwise(node: torch.fx.Node) -> bool:
-    """Whether ``node`` is an elementwise op (``torch.Tag.pointwise``), or a view whose users all
-    are."""
-    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
-        return False
-    if torch.Tag.pointwise in node.target.tags:
-        return True
-    return node.target.is_view and all(_elementwise(user) for user in node.users)
 
 
 class BiasIntoPointwise(CustomGraphPass):
@@ -42,8 +33,8 @@ class BiasIntoPointwise(CustomGraphPass):
             value = node.meta.get("val")
             if value is None or value.dtype not in (torch.float32, torch.float64):
                 continue  # a half-precision sum would round the product before the bias
-            if not node.users or not all(_elementwise(user) for user in node.users):
-                continue
+            if not node.users or not all(is_pointwise_use(user) for user in node.users):
+                continue  # inductor's test of its GPU rule: elementwise ops, or views of them
             bias, x, w = node.args
             alpha, beta = node.kwargs.get("alpha", 1), node.kwargs.get("beta", 1)
             with graph.inserting_before(node):
