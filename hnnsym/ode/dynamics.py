@@ -126,7 +126,11 @@ class FieldLinearization:
         with torch.no_grad():
             self._closed = H.energy_linearization(y) if closed else None
             if self._closed is not None:  # rows of J⁻¹∇²H: [∂²H/∂p∂y, −∂²H/∂q∂y]
-                self.jacobian = symplectic_gradient(self._closed.hessian, dim=-2)
+                if torch.compiler.is_compiling():  # batch last, as the compiled chunk reads it
+                    hessian = self._closed.hessian.permute(1, 2, 0)
+                    self.jacobian = symplectic_gradient(hessian, dim=0).permute(2, 0, 1)
+                else:
+                    self.jacobian = symplectic_gradient(self._closed.hessian, dim=-2)
                 self._held = hold([*self._closed.kept(), self.jacobian])
                 return
         with torch.enable_grad():

@@ -433,8 +433,9 @@ class MLPLinearization:
             for curvature, zj, zk in zip(self.ucurv[1:], tangents[j], tangents[k]):
                 entry = entry + (curvature * zj * zk).sum(-1)
             entries[j, k] = entries[k, j] = entry
-        rows = [torch.stack([entries[j, k] for k in range(n)], -1) for j in range(n)]
-        return torch.stack(rows, -2)  # symmetric: [m, j, k] = [m, k, j]
+        # symmetric: [m, j, k] = [m, k, j]; laid out batch last, as the compiled chunk reads it
+        rows = [torch.stack([entries[j, k] for k in range(n)]) for j in range(n)]
+        return torch.stack(rows).permute(2, 0, 1)
 
     @classmethod
     def restore(

@@ -321,3 +321,49 @@ def test_the_one_stage_2x2_adjoint_matrices_equal_the_general_solve():
     G_2x2, R_2x2 = _one_stage_2x2(D, h, 1.0, 0.3, 0.7, 1.2)
     assert torch.allclose(G_2x2, G, rtol=1e-13, atol=1e-15)
     assert torch.allclose(R_2x2, R, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("integrator", "dof", "tile_rows", "params"),
+    [
+        ("implicit_midpoint", 1, 2048, True),  # one tile, M⁻¹ by Cramer's rule
+        ("implicit_midpoint", 1, 8, True),  # three tiles, the first one step short
+        ("implicit_midpoint", 2, 8, True),  # s·n = 4: LU
+        ("gauss_legendre4", 1, 8, True),  # two stages: LU
+        ("symplectic_euler", 1, 8, False),  # a partitioned tableau, no parameter gradient
+    ],
+)
+def test_a_traced_chunk_solves_batch_last_in_tiles_as_the_eager_chunk(
+    integrator, dof, tile_rows, params, monkeypatch
+):
+    """What a compiled chunk traces (``_compiled_chunk``: the batch as the last axis, tiles of
+    steps, the last first) against the eager ``chunk_adjoint``, in float64: λ_n and the
+    parameter gradient to rounding. Dynamo traces it (``torch.compiler.is_compiling()``) and its
+    graph runs eagerly, so no compiler runs here."""
+    import hnnsym.ode.gradients.symplectic_adjoint as sa
+
+    monkeypatch.setattr(sa, "TILE_ROWS", tile_rows)
+    gen = torch.Generator().manual_seed(0)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = HNN(dof).to(F64)
+    integ = get_integrator(integrator)
+    s, c, B, dim, h = integ.tableau.stages, 5, 8, 2 * dof, 0.05
+    Y = torch.randn(s, c * B, dim, dtype=F64, generator=gen)
+    jumps = torch.randn(c, B, dim, dtype=F64, generator=gen)
+    lam = torch.randn(B, dim, dtype=F64, generator=gen)
+    trainable = [p for p in model.parameters() if p.requires_grad] if params else []
+    lam_e, grads_e = sa.chunk_adjoint(integ, model, Y, jumps, lam, h, trainable)
+
+    def chunk(model, Y, jumps, lam):
+        return sa.chunk_adjoint(integ, model, Y, jumps, lam, h, params)
+
+    traced = torch.compile(chunk, backend="eager", fullgraph=True, dynamic=False)
+    lam_t, grads_t = traced(model, Y, jumps, lam)
+    assert torch.allclose(lam_t, lam_e, rtol=1e-12, atol=1e-13)
+    assert len(grads_t) == len(grads_e) == (len(trainable) if params else 0)
+    for g_t, g_e in zip(grads_t, grads_e):
+        assert (g_t is None) == (g_e is None)  # ∇H does not depend on the output bias
+        if g_e is not None:
+            assert g_e.abs().max() > 0
+            assert torch.allclose(g_t, g_e, rtol=1e-11, atol=1e-12)
