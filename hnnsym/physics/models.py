@@ -419,8 +419,9 @@ class MLPLinearization:
         the column-by-column Hessian, plus elementwise sums over the widths. On one CPU core, a
         compiled chunk of the symplectic adjoint (8 steps of the headline network at batch 512)
         took 0.87-0.89 of its time with this alone, 0.80-0.81 with the tangents' reuse in
-        ``directional_gradient_vjp`` and R as a product and a sum (``chunk_adjoint``). Run
-        eagerly, the three made the chunk 1.06-1.19x slower, so eager code keeps the columns."""
+        ``directional_gradient_vjp`` and R as a product and a sum
+        (``symplectic_adjoint._chunk_batch_last``). Run eagerly, the three made the chunk
+        1.06-1.19x slower, so eager code keeps the columns."""
         w1 = self.weights[0]
         tangents = [self._tangent(None, w1[:, k].expand(M, -1))[0][1:] for k in range(n)]
         self._unit_tangents = tangents  # J_i's columns: ``directional_gradient_vjp`` reuses them
