@@ -226,7 +226,8 @@ def _compiled_chunk(
         lam, mus = _chunk_batch_last(tab, D, jumps[first:last], lam, h, params)
         if params:
             tile = field.param_vjp(mus)
-            grads = tile if not grads else [g if g is None else g + t for g, t in zip(grads, tile)]
+            grads = grads or [None] * len(tile)
+            accumulate(grads, tile)
     return lam, grads
 
 
